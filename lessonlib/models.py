@@ -1,0 +1,236 @@
+"""Tiny GPTs for real speculative decoding: one clear model file in the spirit of nanoGPT.
+
+* ``GPT`` -- pre-LayerNorm decoder, learned positions, tied input/output embeddings,
+  attention through ``scaled_dot_product_attention``. ``forward`` accepts explicit position
+  ids and an explicit attention mask so a whole draft tree is verified in one pass, and can
+  return the final hidden states (EAGLE drafts from them).
+* ``KVCache`` -- preallocated keys/values with ``truncate`` (rollback after a rejection) and
+  ``keep`` (compaction after tree verification).
+* Every model also follows the course's ``logits(tokens)`` protocol, so the generic
+  ``speculative_decode`` runs on it unchanged.
+* ``load(name)`` returns a shipped checkpoint (safetensors, no pickle).
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "assets"
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 2048
+    block_size: int = 512
+    n_layer: int = 8
+    n_head: int = 8
+    n_embd: int = 256
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens committed so far.
+
+    Stored as (n_layer, 2, n_head, block_size, head_dim) for batch 1; ``length`` is how many
+    positions are valid. Appending writes in place, truncating only moves ``length``.
+    """
+
+    def __init__(self, config: GPTConfig, device, dtype=torch.float32):
+        head_dim = config.n_embd // config.n_head
+        self.kv = torch.zeros(config.n_layer, 2, config.n_head, config.block_size, head_dim, device=device, dtype=dtype)
+        self.length = 0
+        self.capacity = config.block_size
+
+    def truncate(self, length: int) -> None:
+        """Forget everything after the first ``length`` positions (rollback after a rejection)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length must be in [0, {self.length}], got {length}")
+        self.length = length
+
+    def keep(self, start: int, indices) -> None:
+        """Keep positions ``start + indices`` (in that order) after ``start``; drop the rest.
+
+        Used after tree verification: the accepted nodes' keys/values move down to sit right
+        after the committed prefix, so the cache equals a fresh prefill of the accepted tokens.
+        """
+        idx = torch.as_tensor(list(indices), dtype=torch.long, device=self.kv.device) + start
+        if len(idx) and (int(idx.min()) < start or int(idx.max()) >= self.length):
+            raise ValueError(f"indices must address cached positions in [{start}, {self.length})")
+        self.kv[:, :, :, start : start + len(idx)] = self.kv[:, :, :, idx]
+        self.length = start + len(idx)
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.ln_1 = nn.LayerNorm(config.n_embd)
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.proj = nn.Linear(config.n_embd, config.n_embd)
+        self.ln_2 = nn.LayerNorm(config.n_embd)
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.fc_out = nn.Linear(4 * config.n_embd, config.n_embd)
+
+    def attend(self, x, mask, layer_cache, start):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        if layer_cache is not None:
+            # write the new keys/values after the committed prefix, attend over all of them
+            layer_cache[0, :, start : start + T] = k[0]
+            layer_cache[1, :, start : start + T] = v[0]
+            k = layer_cache[0, :, : start + T].unsqueeze(0)
+            v = layer_cache[1, :, : start + T].unsqueeze(0)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x, mask=None, layer_cache=None, start=0):
+        x = x + self.attend(self.ln_1(x), mask, layer_cache, start)
+        return x + self.fc_out(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith(("proj.weight", "fc_out.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    @property
+    def device(self):
+        return self.wte.weight.device
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+
+    def lm_head(self, hidden):
+        """Logits from final hidden states (tied to the input embedding)."""
+        return self.ln_f(hidden) @ self.wte.weight.T
+
+    def forward(self, idx, positions=None, mask=None, cache: KVCache | None = None, return_hidden=False):
+        """Logits (B, T, V) for token ids ``idx`` (B, T).
+
+        positions: (T,) position ids; default ``cache.length + arange(T)``.
+        mask: (T, T) bool, ``mask[i, j]`` true iff new token i may see new token j (a tree
+              mask); every new token always sees the whole cached prefix. Default causal.
+        cache: when given, the new tokens' keys/values are appended to it (batch 1).
+        return_hidden: also return the last block's output before ``ln_f`` (B, T, C).
+        """
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if cache is not None and (B != 1 or start + T > cache.capacity):
+            raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch {B}, {start}+{T}")
+        if positions is None:
+            positions = torch.arange(start, start + T, device=idx.device)
+        if int(positions.max()) >= self.config.block_size:
+            raise ValueError(f"positions must be < block_size={self.config.block_size}")
+        attn_mask = None
+        if cache is not None and start > 0 or mask is not None:
+            local = mask if mask is not None else torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            attn_mask = torch.cat([torch.ones(T, start, dtype=torch.bool, device=idx.device), local.to(idx.device)], 1)
+        x = self.wte(idx) + self.wpe(positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, attn_mask, cache.kv[i] if cache is not None else None, start)
+        if cache is not None:
+            cache.length = start + T
+        logits = self.lm_head(x)
+        return (logits, x) if return_hidden else logits
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config, self.device, self.wte.weight.dtype)
+
+    @torch.inference_mode()
+    def logits(self, tokens) -> np.ndarray:
+        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``."""
+        idx = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)[None]
+        if idx.shape[1] == 0:
+            raise ValueError("tokens must hold at least one token")
+        idx = idx[:, -self.config.block_size :]
+        return self(idx)[0].float().cpu().numpy().astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
+    return directory / f"{name}.safetensors", directory / f"{name}.json"
+
+
+def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
+    from safetensors.torch import save_file
+
+    weights, meta_path = checkpoint_paths(name, directory)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(weights))
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+REBUILD = {
+    "target": "python -m lessonlib.train target",
+    "draft-ce": "python -m lessonlib.train draft-ce",
+    "draft-kl": "python -m lessonlib.train draft-kl",
+}
+
+
+def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+    _, meta_path = checkpoint_paths(name, directory)
+    if not meta_path.exists():
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); rebuild it with: {rebuild_command(name)}")
+    return json.loads(meta_path.read_text())
+
+
+def rebuild_command(name: str) -> str:
+    return REBUILD.get(name, f"python -m lessonlib.train {name}")
+
+
+def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights, _ = checkpoint_paths(name, directory)
+    if not weights.exists():
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+
+
+def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS) -> GPT:
+    """A shipped model ready to use, in eval mode, on ``device`` (default: CUDA if present)."""
+    meta = read_meta(name, directory)
+    model = GPT(GPTConfig(**meta["config"]))
+    try:
+        model.load_state_dict(load_state(name, directory))
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild_command(name)}") from err
+    return model.to(device or default_device()).eval()
+
+
+def config_dict(config: GPTConfig) -> dict:
+    return asdict(config)

@@ -1,0 +1,256 @@
+"""Train the shipped models: ``python -m lessonlib.train {tokenizer,target,draft-ce,draft-kl,mini}``.
+
+Every run is seeded, shows a progress bar, checkpoints its full state under ``.cache/runs``
+so ``--resume`` continues where it stopped, and finally writes ``lessonlib/assets/NAME
+.safetensors`` plus a JSON file with the config, corpus, tokens seen, held-out bits per byte,
+training time, device and git revision.
+
+On a CPU with bf16 matrix units (AVX512-BF16 / AMX) bf16 autocast trains several times
+faster than float32; the weights and optimizer state stay float32.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import subprocess
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from . import data
+from .models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, save
+
+TARGET_CONFIG = GPTConfig(n_layer=8, n_head=8, n_embd=256, block_size=256)
+DRAFT_CONFIG = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=256)
+MINI_CONFIG = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64)
+RUNS = data.CACHE_DIR / "runs"
+
+
+# ----------------------------------------------------------------------------- losses
+
+def distillation_loss(student_logits, teacher_logits=None, kind="fkl", labels=None, temperature=1.0):
+    """Mean per-position loss between a student (draft) and a teacher (target).
+
+    ce : cross-entropy of the student on the ground-truth ``labels`` (teacher unused)
+    fkl: forward KL(p_T || q_T) = sum p_T (log p_T - log q_T), p = teacher, q = student
+    tvd: total variation 1/2 sum |p_T - q_T| -- the loss whose minimum maximises alpha = 1 - TV
+    Both distributions are tempered the same way: softmax(logits / temperature).
+    """
+    if kind not in ("ce", "fkl", "tvd"):
+        raise ValueError(f"kind must be 'ce', 'fkl' or 'tvd', got {kind!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    V = student_logits.shape[-1]
+    s = student_logits.float().reshape(-1, V) / temperature
+    if kind == "ce":
+        if labels is None:
+            raise ValueError("labels are required for kind='ce'")
+        return F.cross_entropy(s, labels.reshape(-1))
+    if teacher_logits is None or teacher_logits.shape != student_logits.shape:
+        raise ValueError("teacher_logits must have the same shape as student_logits")
+    t = teacher_logits.float().reshape(-1, V) / temperature
+    log_q = F.log_softmax(s, -1)
+    log_p = F.log_softmax(t, -1)
+    if kind == "fkl":
+        return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+    return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1).mean()
+
+
+# ----------------------------------------------------------------------------- data
+
+class Batches:
+    """Random training windows from the train split of both corpora, weighted by size."""
+
+    def __init__(self, block_size: int, batch_size: int, seed: int, split: str = "train"):
+        self.arrays = [data.token_array(c, split) for c in data.CORPORA]
+        sizes = np.array([len(a) for a in self.arrays], dtype=float)
+        self.weights = sizes / sizes.sum()
+        self.block_size, self.batch_size = block_size, batch_size
+        self.rng = np.random.default_rng(seed)
+
+    def __next__(self):
+        which = self.rng.choice(len(self.arrays), size=self.batch_size, p=self.weights)
+        rows = []
+        for w in which:
+            a = self.arrays[w]
+            i = self.rng.integers(0, len(a) - self.block_size - 1)
+            rows.append(a[i : i + self.block_size + 1])
+        xy = torch.from_numpy(np.stack(rows).astype(np.int64))
+        return xy[:, :-1], xy[:, 1:]
+
+    def __iter__(self):
+        return self
+
+
+def autocast(device):
+    if torch.device(device).type == "cuda" or torch.backends.mkldnn.is_available():
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def bits_per_byte(model: GPT, corpus: str, max_tokens: int = 60_000, split: str = "heldout") -> float:
+    """Held-out cross-entropy in bits per UTF-8 byte, over non-overlapping windows."""
+    model.eval()
+    tokens = data.token_array(corpus, split)[:max_tokens].astype(np.int64)
+    T = model.config.block_size
+    n = (len(tokens) - 1) // T * T
+    x = torch.from_numpy(tokens[:n]).view(-1, T).to(model.device)
+    y = torch.from_numpy(tokens[1 : n + 1]).view(-1, T).to(model.device)
+    nll = 0.0
+    for i in range(0, len(x), 16):
+        with autocast(model.device):
+            logits = model(x[i : i + 16])
+        nll += F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y[i : i + 16].reshape(-1), reduction="sum").item()
+    n_bytes = len(data.to_text(tokens[1 : n + 1]).encode())
+    return nll / math.log(2) / n_bytes
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def lr_at(step, total, peak, warmup=200):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup)))))
+
+
+def train_step(model, optimizer, x, y, teacher=None, kind="ce"):
+    """One optimizer step of the draft (or target) on a batch; returns the loss value."""
+    with autocast(model.device):
+        logits = model(x)
+        teacher_logits = None
+        if teacher is not None:
+            with torch.no_grad():
+                teacher_logits = teacher(x)
+    loss = distillation_loss(logits, teacher_logits, kind, labels=y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
+
+
+def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, kind="ce", state=None, time_budget_s=None,
+        desc="train", checkpoint=None):
+    """Run ``steps`` optimizer steps (or stop at ``time_budget_s``); returns the state dict.
+
+    ``state`` holds ``step``, ``tokens``, ``seconds``, ``losses`` and the optimizer, so a
+    stopped run resumes exactly where it left off.
+    """
+    device = model.device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    state = state or {"step": 0, "tokens": 0, "seconds": 0.0, "losses": []}
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    batches = Batches(model.config.block_size, batch_size, seed + state["step"])
+    started = time.time()
+    model.train()
+    bar = tqdm(range(state["step"], steps), desc=desc, initial=state["step"], total=steps)
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, steps, lr)
+        x, y = next(batches)
+        loss = step_fn(model, optimizer, x.to(device), y.to(device), teacher=teacher, kind=kind)
+        state["losses"].append(loss)
+        state["step"] = step + 1
+        state["tokens"] += x.numel()
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss:.3f}")
+        elapsed = time.time() - started
+        if checkpoint and (step + 1) % 500 == 0:
+            checkpoint(state | {"optimizer": optimizer.state_dict(), "seconds": state["seconds"] + elapsed})
+        if time_budget_s is not None and elapsed > time_budget_s:
+            break
+    state["seconds"] += time.time() - started
+    state["optimizer"] = optimizer.state_dict()
+    model.eval()
+    return state
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=CHECKPOINTS, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------- recipes
+
+RECIPES = {
+    # name: (config, peak lr, batch, kind, teacher)
+    "target": (TARGET_CONFIG, 1.5e-3, 32, "ce", None),
+    "draft-ce": (DRAFT_CONFIG, 3e-3, 32, "ce", None),
+    "draft-kl": (DRAFT_CONFIG, 3e-3, 32, "fkl", "target"),
+    "mini": (MINI_CONFIG, 3e-3, 8, "ce", None),
+}
+
+
+def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, out_dir=CHECKPOINTS):
+    config, lr, batch, kind, teacher_name = RECIPES[name]
+    device = device or default_device()
+    torch.manual_seed(seed)
+    model = GPT(config).to(device)
+    run_path = RUNS / f"{name}.pt"
+    state = None
+    if resume and run_path.exists():
+        saved = torch.load(run_path, weights_only=True)
+        model.load_state_dict(saved.pop("model"))
+        state = saved
+    teacher = load(teacher_name, device) if teacher_name else None
+
+    def checkpoint(s):
+        run_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(s | {"model": model.state_dict()}, run_path)
+
+    state = fit(model, steps, batch, lr, seed, teacher=teacher, kind=kind, state=state,
+                time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint)
+    checkpoint(state)
+    meta = {
+        "name": name,
+        "config": config_dict(config),
+        "params": model.num_params(),
+        "objective": {"ce": "cross-entropy on ground truth", "fkl": "forward KL to the target"}[kind],
+        "teacher": teacher_name,
+        "corpus": "train split of code + prose (lessonlib.data), windows sampled by corpus size",
+        "heldout_documents": data.heldout_names(),
+        "steps": state["step"],
+        "planned_steps": steps,
+        "batch_size": batch,
+        "tokens_seen": state["tokens"],
+        "train_seconds": round(state["seconds"], 1),
+        "final_train_loss": float(np.mean(state["losses"][-50:])),
+        "heldout_bits_per_byte": {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA},
+        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "git_revision": git_revision(),
+        "seed": seed,
+    }
+    save(model, name, meta, out_dir)
+    return model, meta
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["tokenizer", *RECIPES])
+    parser.add_argument("--steps", type=int, default=None, help="planned optimizer steps (sets the lr schedule)")
+    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (resume later)")
+    parser.add_argument("--resume", action="store_true", help="continue the run saved under .cache/runs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+    if args.what == "tokenizer":
+        data.train_tokenizer()
+        print(f"wrote {data.TOKENIZER_PATH}")
+        return
+    default_steps = {"target": 12000, "draft-ce": 6000, "draft-kl": 4000, "mini": 50}[args.what]
+    _, meta = train_model(args.what, args.steps or default_steps, args.minutes, args.resume, args.seed, args.device)
+    print({k: meta[k] for k in ("name", "params", "steps", "tokens_seen", "train_seconds", "heldout_bits_per_byte")})
+
+
+if __name__ == "__main__":
+    main()
