@@ -91,7 +91,7 @@ class Block(nn.Module):
             k = layer_cache[0, :, : start + T].unsqueeze(0)
             v = layer_cache[1, :, : start + T].unsqueeze(0)
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1 and start == 0)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -149,8 +149,8 @@ class GPT(nn.Module):
             positions = torch.arange(start, start + T, device=idx.device)
         if int(positions.max()) >= self.config.block_size:
             raise ValueError(f"positions must be < block_size={self.config.block_size}")
-        attn_mask = None
-        if cache is not None and start > 0 or mask is not None:
+        attn_mask = None  # None + is_causal covers plain training; one cached token sees everything
+        if mask is not None or (start > 0 and T > 1):
             local = mask if mask is not None else torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
             attn_mask = torch.cat([torch.ones(T, start, dtype=torch.bool, device=idx.device), local.to(idx.device)], 1)
         x = self.wte(idx) + self.wpe(positions)

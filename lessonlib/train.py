@@ -112,7 +112,9 @@ def bits_per_byte(model: GPT, corpus: str, max_tokens: int = 60_000, split: str 
 
 # ----------------------------------------------------------------------------- the loop
 
-def lr_at(step, total, peak, warmup=200):
+def lr_at(step, total, peak):
+    """Linear warm-up over min(200, total/10) steps, then cosine decay to 10 % of the peak."""
+    warmup = max(1, min(200, total // 10))
     if step < warmup:
         return peak * (step + 1) / warmup
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup)))))

@@ -1,0 +1,135 @@
+"""Benchmarks: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md}.
+
+Everything is measured in one run on one machine: plain decoding and chain speculative
+decoding with each shipped draft, K = 1..8, T in {0, 1}, on held-out code and prose prompts,
+batch 1. Per configuration we report medians over prompts of tau, alpha, the measured cost
+ratio c, the speedup predicted by Leviathan et al. Thm 3.8 from that alpha and c, the
+measured speedup over plain decoding of the same prompt, and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import data
+from .decode import generate, speculative_generate
+from .models import default_device, load
+from .theory import expected_speedup
+
+OUTPUTS = pathlib.Path(__file__).resolve().parent.parent / "outputs" / "benchmarks"
+
+
+def heldout_prompts(corpus: str, n: int, length: int, seed: int = 0) -> list[list[int]]:
+    """``n`` prompts of ``length`` tokens from evenly spaced places in the held-out split."""
+    tokens = data.token_array(corpus, "heldout")
+    starts = np.linspace(0, len(tokens) - 4 * length, n).astype(int)
+    return [tokens[s : s + length].astype(int).tolist() for s in starts]
+
+
+def time_plain(target, prompt, new_tokens, temperature, seed):
+    _, stats = generate(target, prompt, new_tokens, temperature, np.random.default_rng(seed))
+    return stats
+
+
+def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(0.0, 1.0), corpora=data.CORPORA,
+                 n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0):
+    """Run the decode benchmark; returns the rows (one per corpus, T, draft, K) and context."""
+    device = device or default_device()
+    target = load("target", device)
+    draft_models = {name: load(name, device) for name in drafts}
+    rows, plain_rows = [], []
+    configs = [(c, t) for c in corpora for t in temperatures]
+    bar = tqdm(total=len(configs) * n_prompts * (1 + len(drafts) * len(ks)), desc="bench decode")
+    for corpus, temperature in configs:
+        prompts = heldout_prompts(corpus, n_prompts, prompt_len)
+        generate(target, prompts[0], 8)  # warm-up: first calls allocate
+        plain = []
+        for i, prompt in enumerate(prompts):
+            plain.append(time_plain(target, prompt, new_tokens, temperature, seed + i))
+            bar.update()
+        plain_tps = np.array([s["tokens_per_second"] for s in plain])
+        plain_rows.append({"corpus": corpus, "temperature": temperature,
+                           "tokens_per_second": float(np.median(plain_tps)),
+                           "target_forward_seconds": float(np.median([s["target_forward_seconds"] for s in plain]))})
+        step_s = plain_rows[-1]["target_forward_seconds"]
+        for name, draft in draft_models.items():
+            for k in ks:
+                runs = []
+                for i, prompt in enumerate(prompts):
+                    _, stats = speculative_generate(target, draft, prompt, k, new_tokens, temperature,
+                                                    np.random.default_rng(seed + i))
+                    stats["speedup"] = stats["tokens_per_second"] / plain_tps[i]
+                    runs.append(stats)
+                    bar.update()
+                med = {key: float(np.median([r[key] for r in runs]))
+                       for key in ("tau", "alpha", "speedup", "tokens_per_second", "draft_forward_seconds",
+                                   "verify_forward_seconds")}
+                # c against one plain target step (Leviathan's definition); the verify pass of
+                # k + 1 tokens costs more than one step, and that shows up in measured/predicted
+                c = med["draft_forward_seconds"] / step_s
+                predicted = float(expected_speedup(med["alpha"], k, c))
+                rows.append({"corpus": corpus, "temperature": temperature, "draft": name, "k": k, **med,
+                             "c": c, "verify_cost": med["verify_forward_seconds"] / step_s,
+                             "predicted_speedup": predicted, "measured_over_predicted": med["speedup"] / predicted})
+    bar.close()
+    return rows, plain_rows
+
+
+def best_rows(rows):
+    """The best K (highest measured speedup) per corpus, temperature and draft."""
+    best = {}
+    for r in rows:
+        key = (r["corpus"], r["temperature"], r["draft"])
+        if key not in best or r["speedup"] > best[key]["speedup"]:
+            best[key] = r
+    return list(best.values())
+
+
+def markdown(rows, plain_rows) -> str:
+    lines = ["| corpus | T | draft | best K | tau | alpha | c | verify cost | predicted | measured | measured/predicted |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in best_rows(rows):
+        lines.append(f"| {r['corpus']} | {r['temperature']:g} | {r['draft']} | {r['k']} | {r['tau']:.2f} | "
+                     f"{r['alpha']:.3f} | {r['c']:.3f} | {r['verify_cost']:.2f} | {r['predicted_speedup']:.2f}x | "
+                     f"{r['speedup']:.2f}x | {r['measured_over_predicted']:.2f} |")
+    lines.append("")
+    lines.append("Plain decoding: " + ", ".join(
+        f"{p['corpus']} T={p['temperature']:g}: {p['tokens_per_second']:.0f} tok/s" for p in plain_rows))
+    lines.append("c = draft forward / plain target step; verify cost = target forward over k + 1 tokens / plain step.")
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["decode"])
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--out", type=pathlib.Path, default=OUTPUTS)
+    args = parser.parse_args(argv)
+    started = time.time()
+    rows, plain_rows = bench_decode(n_prompts=args.prompts, new_tokens=args.new_tokens, device=args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"machine": machine(), "seconds": round(time.time() - started, 1), "new_tokens": args.new_tokens,
+              "prompts_per_corpus": args.prompts, "plain": plain_rows, "rows": rows, "best": best_rows(rows)}
+    (args.out / "decode.json").write_text(json.dumps(result, indent=1) + "\n")
+    table = markdown(rows, plain_rows)
+    (args.out / "decode.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

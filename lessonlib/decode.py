@@ -1,0 +1,179 @@
+"""Real decoding with KV caches: the plain baseline and chain speculative decoding.
+
+Both loops keep one invariant: a model's cache holds the committed sequence except the
+tokens it has not been fed yet, and each forward feeds exactly those (plus the drafts). So a
+rollback after a rejection is one ``cache.truncate`` and nothing is ever recomputed.
+
+Timing is split into draft, verify and overhead (everything else: sampling, the accept/reject
+rule, bookkeeping); on CUDA the device is synchronised before every clock read.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .sampling import GREEDY_TEMPERATURE, sample, softmax
+from .speculative import verify_chain, verify_greedy
+
+
+class Clock:
+    """Accumulates wall time per phase; synchronises CUDA so the times are real."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.seconds = {}
+        self.calls = {}
+
+    def __call__(self, phase, fn, *args, **kwargs):
+        if self.cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        return out
+
+
+def _check_budget(model, prompt_tokens, max_new_tokens, extra=0):
+    if len(prompt_tokens) < 1:
+        raise ValueError("prompt_tokens must hold at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    need = len(prompt_tokens) + max_new_tokens + extra
+    if need > model.config.block_size:
+        raise ValueError(
+            f"prompt ({len(prompt_tokens)}) + max_new_tokens ({max_new_tokens}) + lookahead ({extra}) "
+            f"must fit the context of {model.config.block_size} tokens"
+        )
+
+
+def _feed(model, cache, tokens):
+    """Feed ``tokens`` after the cached prefix; return their logits as a float64 numpy array."""
+    idx = torch.as_tensor(tokens, dtype=torch.long, device=model.device)[None]
+    return model(idx, cache=cache)[0].double().cpu().numpy()
+
+
+def _rng(rng):
+    if rng is None:
+        return np.random.default_rng(0)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator")
+    return rng
+
+
+def _next_token(logits_row, temperature, rng):
+    if temperature <= GREEDY_TEMPERATURE:
+        return int(np.argmax(logits_row))
+    return int(sample(softmax(logits_row, temperature), rng))
+
+
+@torch.inference_mode()
+def generate(model, prompt_tokens, max_new_tokens, temperature=0.0, rng=None):
+    """Plain autoregressive decoding: one target forward per new token (the baseline).
+
+    Returns (new_tokens, stats) with stats: target_calls, seconds, tokens_per_second,
+    seconds_per_token.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    _check_budget(model, prompt_tokens, max_new_tokens)
+    rng = _rng(rng)
+    clock = Clock(model.device)
+    cache = model.new_cache()
+    logits = clock("prefill", _feed, model, cache, list(prompt_tokens))[-1]
+    new = []
+    start = time.perf_counter()
+    for i in range(max_new_tokens):
+        new.append(_next_token(logits, temperature, rng))
+        if i + 1 < max_new_tokens:
+            logits = clock("target", _feed, model, cache, [new[-1]])[-1]
+    seconds = time.perf_counter() - start
+    return new, {
+        "target_calls": clock.calls.get("target", 0) + 1,
+        "seconds": seconds,
+        "tokens_per_second": max_new_tokens / seconds,
+        "seconds_per_token": seconds / max_new_tokens,
+        "target_forward_seconds": clock.seconds.get("target", 0.0) / max(1, clock.calls.get("target", 0)),
+    }
+
+
+@torch.inference_mode()
+def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temperature=0.0, rng=None):
+    """Chain speculative decoding: the draft proposes k tokens, the target verifies them in
+    one forward, the exact rule (``verify_chain``; ``verify_greedy`` at T <= 1e-5) accepts
+    a prefix and adds one token, and both caches roll back to the committed sequence.
+
+    Returns (new_tokens, stats): tau (tokens per target forward), alpha (accepted / judged,
+    where a round judges its accepted drafts plus the one it rejects, if any),
+    target_calls, draft_calls, draft/verify/overhead seconds, tokens_per_second and the
+    measured cost ratio c = (seconds per draft forward) / (seconds per target verify forward).
+    """
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise ValueError("target and draft must share a vocabulary")
+    _check_budget(target, prompt_tokens, max_new_tokens, extra=k + 1)
+    greedy = temperature <= GREEDY_TEMPERATURE
+    rng = _rng(rng)
+    clock = Clock(target.device)
+    seq = list(prompt_tokens)
+    t_cache, d_cache = target.new_cache(), draft.new_cache()
+    if len(seq) > 1:  # prefill all but the last token; the first round feeds it
+        clock("prefill", _feed, target, t_cache, seq[:-1])
+        clock("prefill", _feed, draft, d_cache, seq[:-1])
+    goal = len(seq) + max_new_tokens
+    drafted = accepted = rejected = rounds = 0
+    start = time.perf_counter()
+    while len(seq) < goal:
+        # draft k tokens; the first forward also feeds whatever the draft cache is missing
+        drafts, q_rows = [], []
+        pending = seq[d_cache.length :]
+        for _ in range(k):
+            logits = clock("draft", _feed, draft, d_cache, pending)[-1]
+            q = softmax(logits, temperature)
+            drafts.append(int(np.argmax(q)) if greedy else int(sample(q, rng)))
+            q_rows.append(q)
+            pending = [drafts[-1]]
+        # one target forward over the unfed committed tokens and all k drafts
+        p_logits = clock("verify", _feed, target, t_cache, seq[t_cache.length :] + drafts)[-(k + 1) :]
+        if greedy:
+            emitted = verify_greedy(softmax(p_logits, temperature), drafts)
+        else:
+            emitted = verify_chain(softmax(p_logits, temperature), np.stack(q_rows), drafts, rng)
+        n_ok = len(emitted) - 1
+        drafted, accepted, rounds = drafted + k, accepted + n_ok, rounds + 1
+        rejected += n_ok < k
+        seq += emitted
+        # the caches keep the committed tokens minus the last one (fed next round)
+        t_cache.truncate(len(seq) - 1)
+        d_cache.truncate(min(d_cache.length, len(seq) - 1))
+    seconds = time.perf_counter() - start
+    new = seq[goal - max_new_tokens : goal]
+    draft_s, verify_s = clock.seconds.get("draft", 0.0), clock.seconds.get("verify", 0.0)
+    per_draft = draft_s / max(1, clock.calls.get("draft", 0))
+    per_verify = verify_s / max(1, clock.calls.get("verify", 0))
+    return new, {
+        "k": int(k),
+        "temperature": float(temperature),
+        "tau": (len(seq) - (goal - max_new_tokens)) / rounds,
+        # per-token acceptance: every judged draft is a success or the round's one failure
+        "alpha": accepted / max(1, accepted + rejected),
+        "accepted_fraction": accepted / drafted,
+        "target_calls": rounds,
+        "draft_calls": clock.calls.get("draft", 0),
+        "draft_seconds": draft_s,
+        "verify_seconds": verify_s,
+        "overhead_seconds": seconds - draft_s - verify_s,
+        "seconds": seconds,
+        "tokens_per_second": max_new_tokens / seconds,
+        "seconds_per_token": seconds / max_new_tokens,
+        "c": per_draft / per_verify,
+        "draft_forward_seconds": per_draft,
+        "verify_forward_seconds": per_verify,
+    }

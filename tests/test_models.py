@@ -1,0 +1,122 @@
+"""The tiny GPT: KV cache against full recomputation, checkpoints, and the training loop."""
+import numpy as np
+import pytest
+import torch
+
+from lessonlib import models, train
+from lessonlib.models import GPT, GPTConfig
+
+ATOL = 1e-4  # float32 logits of order 1; cached and full forwards differ only by summation order
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=97, block_size=64, n_layer=2, n_head=4, n_embd=32)).eval()
+
+
+def full_logits(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor([tokens]))[0]
+
+
+def test_cache_prefill_append_truncate_matches_full_recomputation(model):
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 97, size=30).tolist()
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.tensor([tokens[:10]]), cache=cache)            # prefill
+        for t in tokens[10:14]:                                       # append one at a time
+            model(torch.tensor([[t]]), cache=cache)
+        model(torch.tensor([tokens[14:20]]), cache=cache)            # append several (verification)
+        cache.truncate(16)                                            # reject the last four
+        replay = tokens[16:25]
+        got = model(torch.tensor([replay]), cache=cache)[0]          # re-append different history
+    want = full_logits(model, tokens[:25])[16:25]
+    assert cache.length == 25
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+def test_cache_changes_with_the_prefix(model):
+    """Negative control: a cache holding another prefix must give other logits."""
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]), cache=cache)
+        cache.truncate(2)
+        model(torch.tensor([[9, 9]]), cache=cache)
+        got = model(torch.tensor([[5]]), cache=cache)[0, -1]
+    assert not torch.allclose(got, full_logits(model, [1, 2, 3, 4, 5])[-1], atol=1e-3)
+
+
+def test_keep_compacts_cache_like_a_fresh_prefill(model):
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.tensor([[5, 6, 7]]), cache=cache)
+        model(torch.tensor([[11, 12, 13, 14]]), cache=cache)   # four candidates, as a chain
+        cache.keep(3, [0, 1])                                   # keep the first two
+        got = model(torch.tensor([[20]]), cache=cache)[0, -1]
+    torch.testing.assert_close(got, full_logits(model, [5, 6, 7, 11, 12, 20])[-1], atol=ATOL, rtol=0)
+
+
+def test_logits_protocol_rows_are_next_token_logits(model):
+    tokens = [3, 1, 4, 1, 5]
+    rows = model.logits(tokens)
+    assert rows.shape == (5, 97) and rows.dtype == np.float64
+    np.testing.assert_allclose(rows[2], model.logits(tokens[:3])[-1], atol=ATOL)
+
+
+def test_hidden_states_feed_the_lm_head(model):
+    with torch.no_grad():
+        logits, hidden = model(torch.tensor([[1, 2, 3]]), return_hidden=True)
+        torch.testing.assert_close(model.lm_head(hidden), logits)
+
+
+def test_forward_rejects_overflow(model):
+    cache = model.new_cache()
+    with pytest.raises(ValueError, match="cache"):
+        model(torch.zeros(1, 65, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="length"):
+        cache.truncate(3)
+
+
+def test_checkpoint_round_trip(model, tmp_path):
+    models.save(model, "tiny", {"config": models.config_dict(model.config)}, tmp_path)
+    loaded = models.load("tiny", "cpu", tmp_path)
+    np.testing.assert_allclose(loaded.logits([1, 2, 3]), model.logits([1, 2, 3]), atol=1e-6)
+
+
+def test_missing_checkpoint_says_how_to_rebuild(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m lessonlib.train target"):
+        models.load("target", "cpu", tmp_path)
+
+
+def test_corrupt_checkpoint_raises_clear_error(model, tmp_path):
+    models.save(model, "tiny", {"config": models.config_dict(model.config)}, tmp_path)
+    (tmp_path / "tiny.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="corrupt"):
+        models.load("tiny", "cpu", tmp_path)
+
+
+def test_training_lowers_the_loss():
+    torch.manual_seed(0)
+    model = GPT(train.MINI_CONFIG)
+    state = train.fit(model, steps=60, batch_size=8, lr=3e-3, seed=0, desc="mini")
+    losses = state["losses"]
+    assert len(losses) == 60 and state["tokens"] == 60 * 8 * train.MINI_CONFIG.block_size
+    assert np.mean(losses[-10:]) < losses[0] - 1.0, (losses[0], np.mean(losses[-10:]))
+
+
+@pytest.mark.parametrize("kind", ["ce", "fkl", "tvd"])
+def test_distillation_losses_vanish_only_at_the_teacher(kind):
+    g = torch.Generator().manual_seed(0)
+    teacher = torch.randn(6, 11, generator=g)
+    labels = teacher.argmax(-1)
+    same = train.distillation_loss(teacher, teacher, kind, labels=labels)
+    other = train.distillation_loss(torch.randn(6, 11, generator=g), teacher, kind, labels=labels)
+    assert other > same
+    if kind != "ce":
+        assert same.abs() < 1e-6
+    p, q = torch.softmax(teacher, -1), torch.softmax(teacher.flip(-1), -1)
+    if kind == "tvd":  # equals 1 - alpha averaged over positions
+        want = 1 - torch.minimum(p, q).sum(-1).mean()
+        torch.testing.assert_close(train.distillation_loss(teacher.flip(-1), teacher, "tvd"), want)
