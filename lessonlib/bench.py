@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from . import data
 from .decode import generate, speculative_generate
-from .models import default_device, load
+from .models import default_device, load, scaled_name
 from .theory import expected_speedup
 
 OUTPUTS = pathlib.Path(__file__).resolve().parent.parent / "outputs" / "benchmarks"
@@ -39,11 +39,11 @@ def time_plain(target, prompt, new_tokens, temperature, seed):
 
 
 def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(0.0, 1.0), corpora=data.CORPORA,
-                 n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0):
+                 n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0, scale="cpu"):
     """Run the decode benchmark; returns the rows (one per corpus, T, draft, K) and context."""
     device = device or default_device()
-    target = load("target", device)
-    draft_models = {name: load(name, device) for name in drafts}
+    target = load(scaled_name("target", scale), device)
+    draft_models = {name: load(scaled_name(name, scale), device) for name in drafts}
     rows, plain_rows = [], []
     configs = [(c, t) for c in corpora for t in temperatures]
     bar = tqdm(total=len(configs) * n_prompts * (1 + len(drafts) * len(ks)), desc="bench decode")
@@ -119,15 +119,18 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=pathlib.Path, default=OUTPUTS)
+    parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
     args = parser.parse_args(argv)
     started = time.time()
-    rows, plain_rows = bench_decode(n_prompts=args.prompts, new_tokens=args.new_tokens, device=args.device)
+    rows, plain_rows = bench_decode(n_prompts=args.prompts, new_tokens=args.new_tokens, device=args.device,
+                                    scale=args.scale)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"machine": machine(), "seconds": round(time.time() - started, 1), "new_tokens": args.new_tokens,
+    result = {"machine": machine(), "scale": args.scale, "seconds": round(time.time() - started, 1), "new_tokens": args.new_tokens,
               "prompts_per_corpus": args.prompts, "plain": plain_rows, "rows": rows, "best": best_rows(rows)}
-    (args.out / "decode.json").write_text(json.dumps(result, indent=1) + "\n")
+    stem = "decode" if args.scale == "cpu" else f"decode-{args.scale}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     table = markdown(rows, plain_rows)
-    (args.out / "decode.md").write_text(table)
+    (args.out / f"{stem}.md").write_text(table)
     print(table)
 
 

@@ -180,21 +180,23 @@ def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
     return directory / f"{name}.safetensors", directory / f"{name}.json"
 
 
+STORED_DTYPE = torch.float16  # halves the repository size; the weights are |w| << 1, fp16 is lossless enough
+
+
+def round_trip(state: dict) -> dict:
+    """The state as it will be after saving and loading (float16 storage, float32 compute)."""
+    return {k: v.detach().to("cpu", STORED_DTYPE).float() for k, v in state.items()}
+
+
 def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
+    """Weights as float16 safetensors (no pickle) plus a JSON metadata file."""
     from safetensors.torch import save_file
 
     weights, meta_path = checkpoint_paths(name, directory)
     weights.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(weights))
     meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
-
-REBUILD = {
-    "target": "python -m lessonlib.train target",
-    "draft-ce": "python -m lessonlib.train draft-ce",
-    "draft-kl": "python -m lessonlib.train draft-kl",
-}
 
 
 def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
@@ -204,8 +206,15 @@ def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     return json.loads(meta_path.read_text())
 
 
+def scaled_name(name: str, scale: str = "cpu") -> str:
+    """Checkpoint name at a scale: ``target`` on the CPU scale, ``target-gpu`` on the GPU scale."""
+    return name if scale == "cpu" else f"{name}-{scale}"
+
+
 def rebuild_command(name: str) -> str:
-    return REBUILD.get(name, f"python -m lessonlib.train {name}")
+    if name.endswith("-gpu"):
+        return f"python -m lessonlib.train {name.removesuffix('-gpu')} --scale gpu"
+    return f"python -m lessonlib.train {name}"
 
 
 def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
@@ -216,7 +225,7 @@ def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     if not weights.exists():
         raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
     try:
-        return load_file(str(weights))
+        return {k: v.float() for k, v in load_file(str(weights)).items()}
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
 

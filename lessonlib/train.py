@@ -22,11 +22,17 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import data
-from .models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, save
+from .models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, round_trip, save, scaled_name
 
 TARGET_CONFIG = GPTConfig(n_layer=8, n_head=8, n_embd=256, block_size=256)
 DRAFT_CONFIG = GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=256)
 MINI_CONFIG = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64)
+# The GPU-scale switch: the same recipes at a size one GPU trains in minutes.
+GPU_CONFIGS = {
+    TARGET_CONFIG: GPTConfig(n_layer=12, n_head=8, n_embd=512, block_size=256),  # ~39 M parameters
+    DRAFT_CONFIG: GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=256),    # ~2.1 M parameters
+}
+SCALES = ("cpu", "gpu")
 RUNS = data.CACHE_DIR / "runs"
 
 
@@ -184,19 +190,38 @@ def git_revision() -> str:
 # ----------------------------------------------------------------------------- recipes
 
 RECIPES = {
-    # name: (config, peak lr, batch, kind, teacher)
-    "target": (TARGET_CONFIG, 1.5e-3, 32, "ce", None),
-    "draft-ce": (DRAFT_CONFIG, 3e-3, 32, "ce", None),
-    "draft-kl": (DRAFT_CONFIG, 3e-3, 32, "fkl", "target"),
-    "mini": (MINI_CONFIG, 3e-3, 8, "ce", None),
+    # name: (config, peak lr, batch, kind, teacher, initial weights)
+    "target": (TARGET_CONFIG, 1.5e-3, 32, "ce", None, None),
+    # draft-ce and draft-kl share a base and differ only in the objective of their last steps,
+    # so the comparison of their alphas is not confounded by how many tokens each has seen
+    "draft-base": (DRAFT_CONFIG, 3e-3, 32, "ce", None, None),
+    "draft-ce": (DRAFT_CONFIG, 1e-3, 32, "ce", None, "draft-base"),
+    "draft-kl": (DRAFT_CONFIG, 1e-3, 32, "fkl", "target", "draft-base"),
+    "mini": (MINI_CONFIG, 3e-3, 8, "ce", None, None),
 }
+DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50}
 
 
-def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, out_dir=CHECKPOINTS):
-    config, lr, batch, kind, teacher_name = RECIPES[name]
+def recipe(name: str, scale: str = "cpu"):
+    """(config, lr, batch, kind, teacher, init, checkpoint name) of a recipe at a scale."""
+    if name not in RECIPES:
+        raise ValueError(f"name must be one of {sorted(RECIPES)}, got {name!r}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    config, lr, batch, kind, teacher, init = RECIPES[name]
+    if scale == "gpu":
+        config, batch = GPU_CONFIGS.get(config, config), 4 * batch
+    teacher, init = (n and scaled_name(n, scale) for n in (teacher, init))  # None stays None
+    return config, lr, batch, kind, teacher, init, scaled_name(name, scale)
+
+
+def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, out_dir=CHECKPOINTS, scale="cpu"):
+    config, lr, batch, kind, teacher_name, init, name = recipe(name, scale)
     device = device or default_device()
     torch.manual_seed(seed)
     model = GPT(config).to(device)
+    if init:
+        model.load_state_dict(load(init, device).state_dict())
     run_path = RUNS / f"{name}.pt"
     state = None
     if resume and run_path.exists():
@@ -209,7 +234,7 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         run_path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(s | {"model": model.state_dict()}, run_path)
 
-    state = fit(model, steps, batch, lr, seed, teacher=teacher, kind=kind, state=state,
+    state = fit(model, steps, batch, lr, seed + (init is not None), teacher=teacher, kind=kind, state=state,
                 time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint)
     checkpoint(state)
     meta = {
@@ -218,6 +243,7 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         "params": model.num_params(),
         "objective": {"ce": "cross-entropy on ground truth", "fkl": "forward KL to the target"}[kind],
         "teacher": teacher_name,
+        "initialised_from": init,
         "corpus": "train split of code + prose (lessonlib.data), windows sampled by corpus size",
         "heldout_documents": data.heldout_names(),
         "steps": state["step"],
@@ -226,12 +252,14 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         "tokens_seen": state["tokens"],
         "train_seconds": round(state["seconds"], 1),
         "final_train_loss": float(np.mean(state["losses"][-50:])),
-        "heldout_bits_per_byte": {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA},
+        "heldout_bits_per_byte": None,  # filled below, after rounding to the stored precision
         "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
         "torch": torch.__version__,
         "git_revision": git_revision(),
         "seed": seed,
     }
+    model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships
+    meta["heldout_bits_per_byte"] = {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA}
     save(model, name, meta, out_dir)
     return model, meta
 
@@ -244,13 +272,14 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue the run saved under .cache/runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--scale", choices=SCALES, default="cpu", help="gpu: the larger configs, saved as NAME-gpu")
     args = parser.parse_args(argv)
     if args.what == "tokenizer":
         data.train_tokenizer()
         print(f"wrote {data.TOKENIZER_PATH}")
         return
-    default_steps = {"target": 12000, "draft-ce": 6000, "draft-kl": 4000, "mini": 50}[args.what]
-    _, meta = train_model(args.what, args.steps or default_steps, args.minutes, args.resume, args.seed, args.device)
+    steps = args.steps or DEFAULT_STEPS[args.what] * (2 if args.scale == "gpu" else 1)
+    _, meta = train_model(args.what, steps, args.minutes, args.resume, args.seed, args.device, scale=args.scale)
     print({k: meta[k] for k in ("name", "params", "steps", "tokens_seen", "train_seconds", "heldout_bits_per_byte")})
 
 
