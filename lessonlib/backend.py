@@ -1,0 +1,143 @@
+"""The one place that decides where lessonlib's array maths runs.
+
+Backends: ``numpy`` (CPU), ``torch-cpu`` and ``torch-cuda``. The choice, first match wins:
+the ``name`` argument of ``select``, the environment variable ``LESSONLIB_BACKEND``, then
+automatic -- ``torch-cuda`` when ``torch.cuda.is_available()``, else ``numpy``.
+Notebooks print ``describe()`` once at the top ("running on: CPU (numpy)").
+
+The batched algorithms are written once against an *array namespace*: the handful of
+functions they need are spelled the same in numpy and torch (``cumsum``, ``where``,
+``clip``, ``argmax``, ``.sum(axis=..., keepdims=...)``), and the two that are not
+(``take_along``, ``arange_like``) live here. torch is imported lazily, so
+``import lessonlib`` stays fast and works without torch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+BACKENDS = ("numpy", "torch-cpu", "torch-cuda")
+ENV_VAR = "LESSONLIB_BACKEND"
+
+
+def cuda_available() -> bool:
+    """True when torch is installed and sees a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array backend: ``xp`` is the namespace (numpy or torch), ``device`` torch's device."""
+
+    name: str
+
+    @property
+    def is_torch(self) -> bool:
+        return self.name.startswith("torch")
+
+    @property
+    def device(self) -> str | None:
+        return {"numpy": None, "torch-cpu": "cpu", "torch-cuda": "cuda"}[self.name]
+
+    @property
+    def xp(self):
+        if not self.is_torch:
+            return np
+        import torch
+
+        return torch
+
+    def asarray(self, x, dtype="float64"):
+        """``x`` as this backend's array (float64 by default; ``dtype="int64"`` for tokens)."""
+        if not self.is_torch:
+            return np.asarray(to_numpy(x), dtype=dtype)
+        import torch
+
+        return torch.as_tensor(to_numpy(x), dtype=getattr(torch, dtype), device=self.device)
+
+    def uniform(self, shape, rng: np.random.Generator):
+        """Uniforms in [0, 1) of ``shape``. numpy draws from ``rng``; torch draws on its device
+        from a torch generator seeded from ``rng`` (same distribution, different numbers)."""
+        if not self.is_torch:
+            return rng.random(shape)
+        import torch
+
+        gen = torch.Generator(device=self.device).manual_seed(int(rng.integers(2**62)))
+        return torch.rand(shape, generator=gen, dtype=torch.float64, device=self.device)
+
+    def describe(self) -> str:
+        if self.name == "numpy":
+            return "running on: CPU (numpy)"
+        if self.name == "torch-cpu":
+            return "running on: CPU (torch)"
+        import torch
+
+        return f"running on: CUDA ({torch.cuda.get_device_name(0)})"
+
+
+def select(name: str | None = None) -> Backend:
+    """The backend named by ``name``, else by ``$LESSONLIB_BACKEND``, else CUDA if available."""
+    source = "name"
+    if name is None:
+        name, source = os.environ.get(ENV_VAR) or None, ENV_VAR
+    if name is None:
+        return Backend("torch-cuda" if cuda_available() else "numpy")
+    if name not in BACKENDS:
+        raise ValueError(f"{source} must be one of {BACKENDS}, got {name!r}")
+    if name.startswith("torch"):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise ValueError(f"{source}={name!r} needs torch, which is not installed") from None
+    if name == "torch-cuda" and not cuda_available():
+        raise ValueError(f"{source}='torch-cuda' but torch.cuda.is_available() is False")
+    return Backend(name)
+
+
+def describe(backend: Backend | str | None = None) -> str:
+    """One line saying where the maths runs: "running on: CPU (numpy)" / "CUDA (NVIDIA H200)"."""
+    return (backend if isinstance(backend, Backend) else select(backend)).describe()
+
+
+# ----------------------------------------------------------------------------- namespace
+
+def is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def array_namespace(x):
+    """numpy for numpy arrays (and lists), torch for torch tensors."""
+    if is_torch(x):
+        import torch
+
+        return torch
+    return np
+
+
+def to_numpy(x) -> np.ndarray:
+    """A numpy copy of a numpy array, list or torch tensor (on any device)."""
+    return x.detach().cpu().numpy() if is_torch(x) else np.asarray(x)
+
+
+def take_along(a, idx, axis: int):
+    """``np.take_along_axis`` / ``torch.take_along_dim`` (both broadcast ``a`` against ``idx``)."""
+    if is_torch(a):
+        import torch
+
+        return torch.take_along_dim(a, idx, dim=axis)
+    return np.take_along_axis(a, idx, axis=axis)
+
+
+def arange_like(x, n: int):
+    """0..n-1 as an integer array on ``x``'s backend and device."""
+    if is_torch(x):
+        import torch
+
+        return torch.arange(n, device=x.device)
+    return np.arange(n)

@@ -1,0 +1,198 @@
+"""Chain speculative decoding at the level of distributions and of ``logits(tokens)`` models.
+
+* ``verify_chain`` -- one stochastic verification round (the rule lives in ``batched``).
+* ``verify_greedy`` -- the T = 0 rule: accept while the draft equals the target argmax.
+* ``exact_round_distribution`` / ``exact_output_distribution`` -- the exact law of a
+  round's output, by summing over every draft token and accept/reject outcome.
+* ``draft_with_alpha`` -- a draft q whose acceptance rate against p is exactly alpha.
+* ``speculative_decode`` / ``autoregressive_decode`` -- the generic loops over any model
+  with ``logits(tokens) -> (len(tokens), V)`` (course-design.md). They recompute the whole
+  context on every call; ``decode`` has the KV-cached versions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .batched import check_rounds, verify_rounds
+from .sampling import (GREEDY_TEMPERATURE, check_probs, check_same_vocab, check_temperature,
+                       residual_rows, sample, softmax)
+
+
+def check_k(k):
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def _check_draft_tokens(draft_tokens, K, V):
+    d = np.asarray(draft_tokens)
+    if d.shape != (K,) or not np.issubdtype(d.dtype, np.integer):
+        raise ValueError(f"draft_tokens must be {K} integer token ids (one per q row), got {d.tolist()!r}")
+    if ((d < 0) | (d >= V)).any():
+        raise ValueError(f"draft_tokens must lie in [0, {V}), got {d.tolist()}")
+    return d.astype(np.int64)
+
+
+def verify_chain(p_rows, q_rows, draft_tokens, rng: np.random.Generator) -> list[int]:
+    """One round of speculative sampling. ``p_rows`` (K+1, V): the target at each drafted
+    position plus the bonus position; ``q_rows`` (K, V): the distributions the K
+    ``draft_tokens`` were sampled from. Accept x_j while u_j < p_j(x_j) / q_j(x_j),
+    u_j ~ U[0, 1); at the first rejection emit a token from norm(max(p_j - q_j, 0)), after
+    K acceptances a bonus token from p_K. Returns the emitted tokens (1 to K+1 of them).
+    Draws K + 1 uniforms from ``rng`` (accept tests, then the final token)."""
+    p, q, K = check_rounds(p_rows, q_rows)
+    if p.shape[0] != 1 or q.shape[0] != 1:
+        raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
+    d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
+    u = rng.random(K + 1)
+    tokens, n_acc = verify_rounds(p, q, d[None], u[None, :K], u[None, K])
+    return tokens[0, : n_acc[0] + 1].tolist()
+
+
+def verify_greedy(p_rows, draft_tokens) -> list[int]:
+    """The T = 0 rule: accept draft j while argmax p_j == x_j; emit argmax p_j at the first
+    mismatch, or the bonus argmax p_K when all K match. ``p_rows``: (K+1, V)."""
+    p = check_probs(p_rows, "p_rows", ndim=(2,))
+    K = p.shape[0] - 1
+    if K < 1:
+        raise ValueError("p_rows must hold K + 1 >= 2 rows")
+    d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
+    best = p.argmax(axis=-1)
+    n = int(np.cumprod(best[:K] == d).sum())
+    return d[:n].tolist() + [int(best[n])]
+
+
+# ----------------------------------------------------------------------------- exact law
+
+def exact_round_distribution(p_rows, q_rows):
+    """The exact law of one ``verify_chain`` round, by enumerating every draft token x and
+    both outcomes of its accept test (the rows do not depend on the drafted prefix).
+
+    Returns (accepted (K, V), stop (K+1, V)), both conditional on the round reaching
+    position j: accepted[j, x] = q_j(x) a_j(x) with a_j(x) = min(1, p_j(x) / q_j(x)) the
+    probability that u < p/q; stop[j, y] = (sum_x q_j(x) (1 - a_j(x))) residual_j(y), and
+    stop[K] = p_K. The emitted sequence (x_0..x_{m-1}, y) has probability
+    prod_{j<m} accepted[j, x_j] * stop[m, y].
+    """
+    p, q, K = check_rounds(p_rows, q_rows)
+    if p.shape[0] != 1 or q.shape[0] != 1:
+        raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
+    p, q = p[0], q[0]
+    drafted = q > 0  # tokens the draft can propose; the others carry weight q = 0
+    a = np.where(drafted, np.minimum(1.0, p[:K] / np.where(drafted, q, 1.0)), 0.0)
+    accepted = q * a
+    rejected_mass = (q * (1.0 - a)).sum(axis=-1, keepdims=True)
+    stop = np.concatenate([rejected_mass * residual_rows(p[:K], q), p[K:]])
+    return accepted, stop
+
+
+def exact_output_distribution(p_rows, q_rows) -> np.ndarray:
+    """(K+1, V): row j is the exact law of the token a round emits at position j, given it
+    gets that far (accepted[j] + stop[j] of ``exact_round_distribution``). Row 0 is the law
+    of the first emitted token. Speculative sampling is exact iff this equals p_rows."""
+    accepted, stop = exact_round_distribution(p_rows, q_rows)
+    return stop + np.concatenate([accepted, np.zeros_like(stop[:1])])
+
+
+def draft_with_alpha(p, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """A draft q with acceptance_rate(p, q) == alpha (to 1e-9), for each row of p.
+
+    q = (1 - lam) p + lam r, where r is a random distribution on the quarter of tokens that
+    p finds least likely. sum_x min(p, q) is concave in lam and equals 1 at lam = 0, so it
+    falls monotonically to acceptance_rate(p, r) at lam = 1: bisection finds lam. alpha
+    below acceptance_rate(p, r) is unreachable (ValueError)."""
+    p = check_probs(p)
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if p.ndim == 2:
+        return np.stack([draft_with_alpha(row, alpha, rng) for row in p])
+    far = np.argsort(p, kind="stable")[: max(1, -(-p.size // 4))]
+    r = np.zeros_like(p)
+    r[far] = rng.dirichlet(np.ones(far.size))
+    mix = lambda lam: (1 - lam) * p + lam * r  # noqa: E731
+    rate = lambda lam: np.minimum(p, mix(lam)).sum()  # noqa: E731
+    if rate(1.0) > alpha + 1e-9:
+        raise ValueError(f"alpha={alpha} is below the smallest rate this construction reaches for p ({rate(1.0):.4g})")
+    lo, hi = 0.0, 1.0  # rate(lo) >= alpha >= rate(hi)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if rate(mid) >= alpha else (lo, mid)
+    lam = lo if abs(rate(lo) - alpha) <= abs(rate(hi) - alpha) else hi
+    return mix(lam)
+
+
+# ----------------------------------------------------------------------------- decoding loops
+
+def _next_logits(model, tokens, name, rows=1):
+    z = np.asarray(model.logits(tokens), dtype=np.float64)
+    if z.ndim != 2 or z.shape[0] < rows:
+        raise ValueError(f"{name}.logits must return a (len(tokens), V) array, got shape {z.shape}")
+    return z[-rows:]
+
+
+def _check_decode_args(prompt, max_new_tokens, temperature, rng):
+    check_temperature(temperature)
+    prompt = [int(t) for t in prompt]
+    if not prompt:
+        raise ValueError("prompt must hold at least one token")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    greedy = temperature <= GREEDY_TEMPERATURE
+    if not greedy and not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator when temperature > 1e-5")
+    return prompt, greedy
+
+
+def autoregressive_decode(model, prompt, max_new_tokens: int, temperature: float = 1.0, rng=None) -> list[int]:
+    """Plain decoding, one ``model.logits`` call per token: x_t ~ softmax(z_t / T) (argmax at
+    T <= 1e-5). The reference that ``speculative_decode`` must match in distribution."""
+    seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
+    start = len(seq)
+    for _ in range(int(max_new_tokens)):
+        z = _next_logits(model, seq, "model")[0]
+        seq.append(int(np.argmax(z)) if greedy else sample(softmax(z, temperature), rng))
+    return seq[start:]
+
+
+def speculative_decode(target, draft, prompt, k: int, temperature: float = 1.0,
+                       max_new_tokens: int = 32, rng=None):
+    """Chain speculative decoding over two ``logits(tokens)`` models.
+
+    Each round: draft k tokens x_j ~ q_j = softmax(draft logits / T), one ``target.logits``
+    call over context + drafts gives p_0..p_k (same T), then ``verify_chain`` (or
+    ``verify_greedy`` when T <= 1e-5) emits 1..k+1 tokens. Output has the law of sampling
+    from the target alone. Returns (new_tokens, stats): target_calls (= rounds),
+    draft_calls, drafted, accepted, accepted_per_round, alpha (accepted / judged drafts,
+    a round judges its accepted drafts plus the one it rejects), tau (= tokens_per_call,
+    new tokens per target call). The last round's surplus tokens are cut off.
+    """
+    k = check_k(k)
+    seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
+    start, goal = len(seq), len(seq) + int(max_new_tokens)
+    draft_calls, accepted_per_round, rejected = 0, [], 0
+    while len(seq) < goal:
+        drafts, q_rows = [], []
+        for _ in range(k):
+            q = softmax(_next_logits(draft, seq + drafts, "draft")[0], temperature)
+            drafts.append(int(np.argmax(q)) if greedy else sample(q, rng))
+            q_rows.append(q)
+        draft_calls += k
+        p_rows = softmax(_next_logits(target, seq + drafts, "target", rows=k + 1), temperature)
+        check_same_vocab(p_rows, q_rows[0], "target logits", "draft logits")
+        emitted = verify_greedy(p_rows, drafts) if greedy else verify_chain(p_rows, np.stack(q_rows), drafts, rng)
+        accepted_per_round.append(len(emitted) - 1)
+        rejected += len(emitted) - 1 < k
+        seq += emitted
+    new = seq[start:goal]
+    rounds, accepted = len(accepted_per_round), sum(accepted_per_round)
+    return new, {
+        "target_calls": rounds,
+        "draft_calls": draft_calls,
+        "drafted": rounds * k,
+        "accepted": accepted,
+        "accepted_per_round": accepted_per_round,
+        "alpha": accepted / max(1, accepted + rejected),
+        "tau": len(new) / rounds,
+        "tokens_per_call": len(new) / rounds,
+    }
+
