@@ -1,0 +1,153 @@
+"""Generate the student notebooks in ``exercises/`` from the instructor notebooks in ``solutions/``.
+
+``solutions/NN_name.ipynb`` is the single source. In its code cells an answer sits between two
+marker lines; the text after ``BEGIN SOLUTION`` becomes the stub's message::
+
+    def residual(p, q):
+        \"\"\"...\"\"\"
+        ### BEGIN SOLUTION exercise 1a: return max(p - q, 0) normalised
+        ...the answer...
+        ### END SOLUTION
+
+becomes, in ``exercises/NN_name.ipynb``::
+
+    def residual(p, q):
+        \"\"\"...\"\"\"
+        raise NotImplementedError("exercise 1a: return max(p - q, 0) normalised")
+
+and every output, execution count and timing record is cleared.
+
+    python -m lessonlib.exercises                  # (re)write exercises/ from solutions/
+    python -m lessonlib.exercises 01_exact_rule    # only that notebook
+    python -m lessonlib.exercises --check          # exit 1 if exercises/ is out of date
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import pathlib
+import re
+import sys
+
+import nbformat
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<message>.*)$")
+END = re.compile(r"^\s*### END SOLUTION\s*$")
+MESSAGE = re.compile(r"exercise \d+[a-z]?: \S")
+
+
+def strip_solution(source: str, where: str = "cell") -> str:
+    """Replace each marked answer in one code cell's source by a ``NotImplementedError`` stub."""
+    out, inside = [], False
+    for number, line in enumerate(source.split("\n"), 1):
+        begin, end = BEGIN.match(line), END.match(line)
+        if begin:
+            if inside:
+                raise ValueError(f"{where}, line {number}: BEGIN SOLUTION inside another solution block")
+            message = begin["message"].strip()
+            if not MESSAGE.match(message):
+                raise ValueError(f"{where}, line {number}: expected '### BEGIN SOLUTION exercise 1a: what to do', "
+                                 f"got {line.strip()!r}")
+            out.append(f"{begin['indent']}raise NotImplementedError({json.dumps(message, ensure_ascii=False)})")
+            inside = True
+        elif end:
+            if not inside:
+                raise ValueError(f"{where}, line {number}: END SOLUTION without a BEGIN SOLUTION")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"{where}: BEGIN SOLUTION is never closed by END SOLUTION")
+    return "\n".join(out)
+
+
+def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
+    """The student version of a solution notebook: answers stubbed, outputs and timings cleared."""
+    nb = copy.deepcopy(solution)
+    for index, cell in enumerate(nb.cells):
+        where = f"{name}, cell {index}"
+        if cell.cell_type == "code":
+            cell.source = strip_solution(cell.source, where)
+            cell.outputs = []
+            cell.execution_count = None
+        elif "### BEGIN SOLUTION" in cell.source:
+            raise ValueError(f"{where}: solution markers are only allowed in code cells")
+        cell.metadata.pop("execution", None)  # per-cell timestamps written by nbconvert
+    nb.metadata.pop("widgets", None)  # saved widget state belongs to the executed solution
+    nb.metadata["lessonlib"] = {"generated_from": f"solutions/{name}",
+                                "regenerate_with": "python -m lessonlib.exercises"}
+    return nb
+
+
+def render(solution_path: pathlib.Path) -> str:
+    """The exact text ``exercises/`` should hold for one solution notebook."""
+    solution = nbformat.read(solution_path, as_version=4)
+    nb = exercise_notebook(solution, solution_path.name)
+    nbformat.validate(nb)
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def plan(root: pathlib.Path = ROOT, names=()) -> dict[pathlib.Path, str | None]:
+    """Every exercise path mapped to its expected text (None: a stale file with no solution).
+
+    ``names`` (e.g. ``["01_exact_rule"]``) limits the plan to those notebooks.
+    """
+    wanted = lambda path: not names or path.stem in names or path.name in names  # noqa: E731
+    solutions = [s for s in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")) if wanted(s)]
+    expected: dict[pathlib.Path, str | None] = {root / "exercises" / s.name: render(s) for s in solutions}
+    for stale in sorted((root / "exercises").glob("[0-9][0-9]_*.ipynb")):
+        if wanted(stale):
+            expected.setdefault(stale, None)
+    return expected
+
+
+def out_of_date(root: pathlib.Path = ROOT, names=()) -> list[str]:
+    """Exercise notebooks that differ from what ``solutions/`` generates (empty when in sync)."""
+    problems = []
+    for path, text in plan(root, names).items():
+        rel = path.relative_to(root)
+        if text is None:
+            problems.append(f"{rel}: no matching notebook in solutions/")
+        elif not path.exists():
+            problems.append(f"{rel}: missing")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{rel}: differs from its solution")
+    return problems
+
+
+def write(root: pathlib.Path = ROOT, names=()) -> list[pathlib.Path]:
+    """Write every exercise notebook; stale ones (no solution) are reported, never deleted."""
+    written = []
+    for path, text in plan(root, names).items():
+        if text is None:
+            print(f"warning: {path.relative_to(root)} has no matching solution", file=sys.stderr)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lessonlib.exercises", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check that exercises/ is up to date")
+    parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root (default: this checkout)")
+    parser.add_argument("names", nargs="*", help="only these notebooks, e.g. 01_exact_rule (default: all)")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = out_of_date(args.root, args.names)
+        for problem in problems:
+            print(problem)
+        print("exercises/ is up to date" if not problems else "run: python -m lessonlib.exercises")
+        return 1 if problems else 0
+    for path in write(args.root, args.names):
+        print(f"wrote {path.relative_to(args.root)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,483 @@
+"""When speculation stops paying: the break-even temperature and a fallback policy.
+
+* ``acceptance_by_temperature`` -- alpha(T) for sampled, deterministic and mistempered drafts,
+  teacher-forced: one target and one draft forward over held-out text give every temperature.
+* ``breakeven_temperature`` -- from a measured acceptance curve alpha(T) and the cost ratio c,
+  the lowest temperature at which the expected speedup E/(K c + 1) falls to 1.
+* ``FallbackPolicy`` -- decides, verification by verification, whether to speculate. It keeps a
+  sliding-window estimate of alpha, turns speculation off when the predicted speedup drops
+  below ``off_below``, probes now and then while off, and turns it back on when the probes
+  predict at least ``on_above`` (two thresholds = hysteresis, so noise does not make it flap).
+* ``drive`` -- the one decoding loop the policy sits in. It only sees two callables (one
+  speculative round, one plain step) and a clock, so the same loop runs a synthetic stream
+  (``simulate_stream``, unit-testable without models) or real models (``ModelStream``).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+import torch
+
+from .decode import _feed, _next_token
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .sampling import GREEDY_TEMPERATURE, acceptance_rate, sample, softmax
+from .speculative import verify_chain, verify_greedy
+from .theory import breakeven_alpha, expected_tokens_per_verify
+
+ACTIONS = ("speculate", "probe", "plain")
+
+
+def _finite_1d(name, values):
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1 or len(arr) < 2 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be a 1-D sequence of at least 2 finite numbers, got {values!r}")
+    return arr
+
+
+def _check_c(c):
+    if not np.isscalar(c) or not np.isfinite(c) or c < 0:
+        raise ValueError(f"c must be a finite number >= 0 (draft cost / target cost), got {c!r}")
+
+
+def _check_k(k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+
+
+def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), draft_temperature=None):
+    """Per-position acceptance at each temperature for each kind of draft (teacher-forced).
+
+    p_logits, q_logits: (N, V) target and draft logits at the same N positions of a text.
+    Returns {kind: (len(temperatures), N) array}, with p_T = softmax(p_logits / T):
+      "sampled"  -- draft sampled from q_T (tempered like the target): sum_x min(p_T, q_T);
+      "greedy"   -- deterministic draft x = argmax q (q one-hot): the exact rule accepts with p_T(x);
+      "top{w}"   -- w deterministic candidates (top-w of q, as in a top-k tree): the chance the
+                    target's token is one of them, sum over the candidates of p_T;
+      "mismatch" -- draft sampled at ``draft_temperature`` whatever T is: sum_x min(p_T, q_Tq).
+    Tempering keeps the order of the logits, so argmax and top-w of q are the same at every T.
+    """
+    p_logits, q_logits = np.asarray(p_logits, dtype=float), np.asarray(q_logits, dtype=float)
+    if p_logits.ndim != 2 or p_logits.shape != q_logits.shape:
+        raise ValueError(f"p_logits and q_logits must be (N, V) arrays of the same shape, "
+                         f"got {p_logits.shape} and {q_logits.shape}")
+    temps = np.asarray(temperatures, dtype=float)
+    if temps.ndim != 1 or len(temps) == 0 or not np.all(np.isfinite(temps)) or np.any(temps < 0):
+        raise ValueError(f"temperatures must be a non-empty 1-D sequence of numbers >= 0, got {temperatures!r}")
+    V = p_logits.shape[1]
+    if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 1 <= w <= V for w in widths):
+        raise ValueError(f"widths must be integers in [1, V={V}], got {widths!r}")
+    order = np.argsort(-q_logits, axis=1)  # candidates by draft preference, best first
+    q_fixed = None if draft_temperature is None else softmax(q_logits, draft_temperature)
+    out = {"sampled": [], "greedy": [], **{f"top{w}": [] for w in widths}}
+    if q_fixed is not None:
+        out["mismatch"] = []
+    for t in temps:
+        p = softmax(p_logits, t)
+        out["sampled"].append(acceptance_rate(p, softmax(q_logits, t)))
+        p_sorted = np.take_along_axis(p, order[:, : max(widths, default=1)], axis=1)
+        out["greedy"].append(p_sorted[:, 0])
+        cum = np.cumsum(p_sorted, axis=1)
+        for w in widths:
+            out[f"top{w}"].append(cum[:, w - 1])
+        if q_fixed is not None:
+            out["mismatch"].append(acceptance_rate(p, q_fixed))
+    return {kind: np.array(rows) for kind, rows in out.items()}
+
+
+def tau_by_position(beta, k):
+    """Tokens per verify from per-position acceptance beta_t along a text (chains started at every t):
+
+        tau = mean_t [1 + sum_{j=1..K} prod_{i<j} beta_{t+i}].
+
+    Equals E(alpha, K) when beta is constant; with real text, easy and hard tokens cluster,
+    so tau differs from E(mean beta, K) -- this measures by how much.
+    """
+    beta = np.asarray(beta, dtype=float)
+    _check_k(k)
+    if beta.ndim != 1 or len(beta) < k or np.any(~np.isfinite(beta)) or np.any((beta < 0) | (beta > 1)):
+        raise ValueError(f"beta must be a 1-D array of at least k={k} acceptance probabilities in [0, 1]")
+    runs = np.cumprod(sliding_window_view(beta, k), axis=1)  # P(first j drafts accepted), j = 1..K
+    return float(1 + runs.sum(axis=1).mean())
+
+
+def alpha_for_speedup(speedup, k, c, r=1.0):
+    """The alpha at which E(alpha, K) / (K c + r) equals ``speedup`` (bisection; S rises with alpha).
+
+    r is the cost of a verify round beyond the drafts, in plain decoding steps (1 in the
+    formula of Leviathan et al.; measured, it also holds the verify's extra tokens and the
+    loop's own work). ``alpha_for_speedup(1, k, c) == breakeven_alpha(k, c)``. Reachable
+    speedups lie in [1/(Kc+r), (K+1)/(Kc+r)]; anything outside raises.
+    """
+    _check_k(k)
+    _check_c(c)
+    if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
+        raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
+    lo_s, hi_s = 1.0 / (k * c + r), (k + 1) / (k * c + r)
+    if not np.isscalar(speedup) or not lo_s <= speedup <= hi_s:
+        raise ValueError(f"speedup must be in [{lo_s:.4g}, {hi_s:.4g}] for k={k}, c={c}, r={r}, got {speedup!r}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # 2^-60: exact to float precision
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if expected_tokens_per_verify(mid, k) / (k * c + r) < speedup else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def breakeven_temperature(temperatures, alphas, c, k=None):
+    """The lowest temperature T at which speculation stops paying, from a measured alpha(T).
+
+    alpha(T) is interpolated linearly between the measured points. With ``k`` given the
+    speedup is S(T) = E(alpha(T), k) / (k c + 1); with ``k=None`` it is the best-K speedup
+    max_K E/(K c + 1). S rises with alpha, so S(T) = 1 exactly where alpha(T) = alpha*, with
+    alpha* = breakeven_alpha(k, c); for the best K, alpha* = breakeven_alpha(1, c) = c, because
+    E(alpha, K) <= 1 + K alpha < 1 + K c whenever alpha < c (Leviathan et al. Cor. 3.9).
+
+    Returns the first T in [T_0, T_max] with alpha(T) <= alpha* (T_0 itself if speculation
+    never pays in the measured range), or ``inf`` if alpha stays above alpha* everywhere.
+    """
+    t = _finite_1d("temperatures", temperatures)
+    a = _finite_1d("alphas", alphas)
+    if len(t) != len(a):
+        raise ValueError(f"temperatures and alphas must have the same length, got {len(t)} and {len(a)}")
+    if np.any(t < 0) or np.any(np.diff(t) <= 0):
+        raise ValueError(f"temperatures must be >= 0 and strictly increasing, got {temperatures!r}")
+    if np.any(a < 0) or np.any(a > 1):
+        raise ValueError(f"alphas must lie in [0, 1], got {alphas!r}")
+    _check_c(c)
+    if k is not None:
+        _check_k(k)
+    a_star = float(breakeven_alpha(1 if k is None else k, c))
+    a_star = 1.0 if np.isnan(a_star) else a_star  # c > 1: no alpha pays
+    below = np.flatnonzero(a <= a_star)
+    if len(below) == 0:
+        return float("inf")
+    i = int(below[0])
+    if i == 0:
+        return float(t[0])
+    # alpha crosses alpha* inside [t[i-1], t[i]]: solve the straight line for it
+    w = (a[i - 1] - a_star) / (a[i - 1] - a[i])
+    return float(t[i - 1] + w * (t[i] - t[i - 1]))
+
+
+def alpha_mle(accepted, rejected):
+    """Per-token acceptance from rounds: sum(accepted) / (sum(accepted) + sum(rejected)).
+
+    Each round judges its accepted drafts (successes) and at most one rejected draft
+    (a failure); drafts after a rejection are never judged. Counting them (accepted / drafted,
+    the "draft acceptance rate" engines report) would bias alpha low. Returns nan with no data.
+    """
+    judged = np.sum(accepted) + np.sum(rejected)
+    return float(np.sum(accepted) / judged) if judged > 0 else float("nan")
+
+
+class FallbackPolicy:
+    """Speculate while the windowed alpha predicts a speedup; fall back to plain decoding when not.
+
+    On:  after each round, alpha_hat = MLE over the last ``window`` rounds (at least
+         ``min_rounds`` since switching on); switch off if E(alpha_hat, k)/(k c + r) < off_below
+         (r = 1 is the textbook formula; a measured r also counts the verify's extra cost).
+    Off: decode plainly; after every ``probe_every`` plain tokens run one speculative round
+         (a probe, costing k c extra), and another one right away while probes accept drafts;
+         switch on if the last ``probe_window`` probes predict a speedup >= on_above.
+    on_above > off_below is the hysteresis band; ``min_rounds`` (default: the whole window) is
+    the least evidence for switching off again. A probe at low alpha wastes about k c
+    target-steps, so probing costs ~k c / probe_every.
+    """
+
+    def __init__(self, k, c, window=32, min_rounds=None, off_below=1.0, on_above=1.2, probe_every=16,
+                 probe_window=8, r=1.0):
+        _check_k(k)
+        _check_c(c)
+        min_rounds = window if min_rounds is None else min_rounds
+        for name, value in (("window", window), ("min_rounds", min_rounds), ("probe_every", probe_every),
+                            ("probe_window", probe_window)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if min_rounds > window or probe_window > window:
+            raise ValueError(f"min_rounds ({min_rounds}) and probe_window ({probe_window}) must be <= window ({window})")
+        if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
+            raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
+        lo, hi = 1.0 / (k * c + r), (k + 1) / (k * c + r)
+        if not lo < off_below < on_above <= hi:
+            raise ValueError(f"need {lo:.4g} < off_below < on_above <= {hi:.4g} (reachable speedups for k={k}, "
+                             f"c={c}, r={r}), got off_below={off_below!r}, on_above={on_above!r}")
+        self.k, self.c, self.r = int(k), float(c), float(r)
+        self.min_rounds, self.probe_every, self.probe_window = min_rounds, probe_every, probe_window
+        self.off_below, self.on_above = float(off_below), float(on_above)
+        # S rises with alpha, so comparing alpha_hat with these is comparing S with the thresholds
+        self.alpha_off = alpha_for_speedup(self.off_below, self.k, self.c, self.r)
+        self.alpha_on = alpha_for_speedup(self.on_above, self.k, self.c, self.r)
+        self.rounds = deque(maxlen=window)  # (accepted, rejected) per verification
+        self.speculating = True
+        self.tokens = 0  # tokens emitted so far
+        self.switches = []  # (tokens at the switch, "off" | "on")
+        self._plain_since_probe = 0
+
+    def _alpha(self, last=None):
+        rounds = list(self.rounds)[-last:] if last else self.rounds
+        return alpha_mle([a for a, _ in rounds], [r for _, r in rounds])
+
+    @property
+    def alpha_hat(self):
+        """Windowed per-token acceptance estimate (nan before any round)."""
+        return self._alpha()
+
+    @property
+    def predicted_speedup(self):
+        """E(alpha_hat, k) / (k c + r) (nan before any round)."""
+        alpha = self._alpha()
+        return float("nan") if np.isnan(alpha) else float(expected_tokens_per_verify(alpha, self.k) / (self.k * self.c + self.r))
+
+    def action(self):
+        """What the decoder should do next: 'speculate', 'probe' or 'plain'."""
+        if self.speculating:
+            return "speculate"
+        return "probe" if self._plain_since_probe >= self.probe_every else "plain"
+
+    def record(self, accepted, drafted):
+        """After a speculative round (or probe) that drafted ``drafted`` tokens and accepted ``accepted``."""
+        if not (isinstance(drafted, (int, np.integer)) and 1 <= drafted <= self.k):
+            raise ValueError(f"drafted must be an integer in [1, {self.k}], got {drafted!r}")
+        if not (isinstance(accepted, (int, np.integer)) and 0 <= accepted <= drafted):
+            raise ValueError(f"accepted must be an integer in [0, drafted={drafted}], got {accepted!r}")
+        self.rounds.append((int(accepted), int(accepted < drafted)))
+        self.tokens += int(accepted) + 1
+        if self.speculating:
+            if len(self.rounds) >= self.min_rounds and self._alpha() < self.alpha_off:
+                self._switch("off")
+        else:
+            # a probe that accepted something may mean alpha recovered: probe again at once, so a
+            # recovery is confirmed within a few rounds instead of a few probe intervals
+            self._plain_since_probe = self.probe_every if accepted > 0 else 0
+            if len(self.rounds) >= self.probe_window and self._alpha(self.probe_window) >= self.alpha_on:
+                self._switch("on")
+
+    def record_plain(self, n=1):
+        """After ``n`` tokens decoded without speculation."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        self.tokens += int(n)
+        self._plain_since_probe += int(n)
+
+    def _switch(self, to):
+        self.switches.append((self.tokens, to))
+        self.speculating = to == "on"
+        if self.speculating:  # the probes that justified switching on are fresh evidence: keep them
+            kept = list(self.rounds)[-self.probe_window :]
+            self.rounds.clear()
+            self.rounds.extend(kept)
+        else:  # the probes must judge the new regime alone
+            self.rounds.clear()
+        self._plain_since_probe = 0
+
+
+class AlwaysSpeculate:
+    """Baseline policy: speculate every round."""
+
+    speculating, switches = True, []
+
+    def action(self):
+        return "speculate"
+
+    def record(self, accepted, drafted):
+        pass
+
+    def record_plain(self, n=1):
+        pass
+
+
+class NeverSpeculate(AlwaysSpeculate):
+    """Baseline policy: plain decoding only."""
+
+    speculating = False
+
+    def action(self):
+        return "plain"
+
+
+def _steps(policy, speculate, plain, n_tokens, clock):
+    """Generator behind ``drive``: one (position, tokens, seconds, action) per decoding step."""
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    position = 0
+    while position < n_tokens:
+        act = policy.action()
+        start = clock()
+        if act == "plain":
+            plain(position)
+            emitted = 1
+            policy.record_plain(1)
+        else:
+            accepted, drafted = speculate(position)
+            emitted = accepted + 1
+            policy.record(accepted, drafted)
+        yield position, emitted, clock() - start, act
+        position += emitted
+
+
+def _trace(steps, policy):
+    pos, tok, sec, act = zip(*steps)
+    return {"position": np.array(pos), "tokens": np.array(tok), "seconds": np.array(sec),
+            "action": np.array(act), "switches": list(getattr(policy, "switches", []))}
+
+
+def drive(policy, speculate, plain, n_tokens, clock=time.perf_counter):
+    """Decode ``n_tokens`` letting ``policy`` choose each step; return a per-step trace.
+
+    speculate(position) -> (accepted, drafted): one speculative round starting at output
+        ``position`` (it emits accepted + 1 tokens);
+    plain(position) -> None: one plain decoding step (emits 1 token);
+    clock() -> seconds (wall clock, CPU time, or a simulated one).
+    Trace: arrays ``position`` (first output position of each step), ``tokens`` (emitted),
+    ``seconds`` (spent), ``action``, plus the policy's ``switches``.
+    """
+    return _trace(list(_steps(policy, speculate, plain, n_tokens, clock)), policy)
+
+
+def drive_interleaved(runs, n_tokens, clock=time.perf_counter):
+    """Like ``drive`` for several {name: (policy, speculate, plain)} at once, one step of each in
+    turn, so that a machine whose speed drifts (other programs, frequency scaling) slows them
+    all alike and their tokens/s stay comparable. Returns {name: trace}."""
+    gens = {name: _steps(policy, speculate, plain, n_tokens, clock) for name, (policy, speculate, plain) in runs.items()}
+    steps = {name: [] for name in runs}
+    while gens:
+        for name in list(gens):
+            try:
+                steps[name].append(next(gens[name]))
+            except StopIteration:
+                del gens[name]
+    return {name: _trace(steps[name], runs[name][0]) for name in runs}
+
+
+class ModelStream:
+    """Real models behind ``drive``: plain steps and speculative rounds on one shared sequence.
+
+    Both KV caches hold the committed sequence except its last token (fed by the next forward),
+    as in ``decode``, so plain steps and rounds can interleave and the policy can switch at any
+    step. ``temperature`` is a number or a function of the output position (a stream whose
+    temperature changes); ``draft_temperature`` (default: the target's) sets the draft's own
+    sampling temperature: 0 gives a deterministic greedy draft, whose q is one-hot, so the
+    exact rule accepts its token x with probability p_T(x). When the context is full, the last
+    ``block_size // 2`` tokens are kept and both caches re-filled (counted in that step's time).
+    ``requests``: optional [(output position, prompt tokens), ...] -- a stream of requests: the
+    first step at or after each position starts over from that prompt (its prefill is counted).
+    """
+
+    def __init__(self, target, draft, prompt_tokens, k, temperature, draft_temperature=None, rng=None,
+                 requests=()):
+        _check_k(k)
+        if target.config.vocab_size != draft.config.vocab_size:
+            raise ValueError("target and draft must share a vocabulary")
+        if len(prompt_tokens) < 1:
+            raise ValueError("prompt_tokens must hold at least one token")
+        if draft_temperature is not None and not draft_temperature >= 0:
+            raise ValueError(f"draft_temperature must be >= 0 or None, got {draft_temperature!r}")
+        self.target, self.draft, self.k = target, draft, int(k)
+        self.temperature = temperature if callable(temperature) else (lambda position: temperature)
+        self.draft_temperature = draft_temperature
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.block = min(target.config.block_size, draft.config.block_size)
+        self.requests = sorted((int(at), list(tokens)) for at, tokens in requests)
+        if any(len(tokens) < 1 for _, tokens in self.requests):
+            raise ValueError("every request's prompt must hold at least one token")
+        self.new_tokens = []
+        self.restart(prompt_tokens)
+
+    def restart(self, prompt_tokens):
+        """Start over from a new prompt (a new request): fresh caches, prefilled."""
+        self.seq = list(prompt_tokens)[-(self.block // 2) :]
+        self._refill()
+
+    def _next_request(self, position):
+        while self.requests and self.requests[0][0] <= position:
+            self.restart(self.requests.pop(0)[1])
+
+    @torch.inference_mode()
+    def _refill(self):
+        self.t_cache, self.d_cache = self.target.new_cache(), self.draft.new_cache()
+        if len(self.seq) > 1:
+            _feed(self.target, self.t_cache, self.seq[:-1])
+            _feed(self.draft, self.d_cache, self.seq[:-1])
+
+    def _make_room(self, extra):
+        if len(self.seq) + extra > self.block:
+            self.seq = self.seq[-(self.block // 2) :]
+            self._refill()
+
+    def _commit(self, tokens):
+        self.seq += tokens
+        self.new_tokens += tokens
+        self.t_cache.truncate(len(self.seq) - 1)
+        self.d_cache.truncate(min(self.d_cache.length, len(self.seq) - 1))
+
+    @torch.inference_mode()
+    def plain(self, position):
+        """One target forward, one token sampled at T(position)."""
+        self._next_request(position)
+        self._make_room(1)
+        logits = _feed(self.target, self.t_cache, self.seq[self.t_cache.length :])[-1]
+        self._commit([_next_token(logits, self.temperature(position), self.rng)])
+
+    @torch.inference_mode()
+    def speculate(self, position):
+        """One round: k draft forwards, one target forward, the exact rule. Returns (accepted, k)."""
+        self._next_request(position)
+        self._make_room(self.k + 1)
+        t = self.temperature(position)
+        tq = t if self.draft_temperature is None else self.draft_temperature
+        drafts, q_rows, pending = [], [], self.seq[self.d_cache.length :]
+        for _ in range(self.k):
+            q = softmax(_feed(self.draft, self.d_cache, pending)[-1], tq)
+            drafts.append(int(np.argmax(q)) if tq <= GREEDY_TEMPERATURE else int(sample(q, self.rng)))
+            q_rows.append(q)
+            pending = [drafts[-1]]
+        p_rows = softmax(_feed(self.target, self.t_cache, self.seq[self.t_cache.length :] + drafts)[-(self.k + 1) :], t)
+        if t <= GREEDY_TEMPERATURE:
+            emitted = verify_greedy(p_rows, drafts)
+        else:
+            emitted = verify_chain(p_rows, np.stack(q_rows), drafts, self.rng)
+        self._commit(list(emitted))
+        return len(emitted) - 1, self.k
+
+
+def simulate_stream(alphas, policy, k, c, rng):
+    """Run ``drive`` on a synthetic stream: alphas[i] is the acceptance rate at output position i.
+
+    A speculative round at position i accepts each of its k drafts with probability alphas[i]
+    until the first rejection and costs k c + 1 target-steps; a plain step costs 1. The clock
+    counts target-steps, so tokens / seconds is throughput relative to one target forward.
+    """
+    alphas = np.asarray(alphas, dtype=float)
+    if alphas.ndim != 1 or len(alphas) < 1 or np.any(~np.isfinite(alphas)) or np.any((alphas < 0) | (alphas > 1)):
+        raise ValueError("alphas must be a non-empty 1-D array of acceptance rates in [0, 1]")
+    _check_k(k)
+    _check_c(c)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator")
+    now = [0.0]
+
+    def speculate(position):
+        ok = rng.random(k) < alphas[position]
+        now[0] += k * c + 1
+        return int(np.argmin(ok)) if not ok.all() else k, k  # accepted = leading successes
+
+    def plain(position):
+        now[0] += 1.0
+
+    return drive(policy, speculate, plain, len(alphas), clock=lambda: now[0])
+
+
+def throughput_by_phase(trace, boundaries):
+    """Tokens per second in each phase [b_i, b_{i+1}); a step belongs to the phase it starts in.
+
+    ``boundaries`` are output positions, increasing, starting at 0 and ending at the stream length.
+    """
+    b = np.asarray(boundaries)
+    if b.ndim != 1 or len(b) < 2 or b[0] != 0 or np.any(np.diff(b) <= 0):
+        raise ValueError(f"boundaries must be increasing output positions starting at 0, got {boundaries!r}")
+    phase = np.searchsorted(b, trace["position"], side="right") - 1
+    tokens = np.bincount(phase, weights=trace["tokens"], minlength=len(b) - 1)[: len(b) - 1]
+    seconds = np.bincount(phase, weights=trace["seconds"], minlength=len(b) - 1)[: len(b) - 1]
+    return tokens / seconds

@@ -1,0 +1,153 @@
+"""The course as a student sees it: JupyterLab in headless Chromium, end to end.
+
+nbval proves the kernels run; this proves the browser shows the result: every lesson notebook
+runs without an error output, every widget renders (no "Error displaying widget"), sliders move
+and their figure or text follows, figures arrive as images, and the exercise notebook says
+"not implemented yet" instead of crashing. One JupyterLab server (on a throwaway copy of the
+notebooks, so stored outputs never change) and one page serve all notebooks, in order.
+
+Select with `-m browser`, skip with `-m 'not browser'`. Without Chromium the test is skipped,
+except under CI=true, where a missing browser is a failure. Screenshots of passing runs are
+written to outputs/screenshots/<notebook>.png.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import browser_support as bs
+
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO / "outputs" / "screenshots"
+LESSONS = sorted(p.relative_to(REPO).as_posix()
+                 for folder in ("notebooks", "solutions") for p in (REPO / folder).glob("*.ipynb"))
+EXERCISES = [p for p in ["exercises/01_exact_rule.ipynb"] if (REPO / p).exists()]
+CHECK_CALL = re.compile(r"checks\.exercise_\w+\(")
+NOT_IMPLEMENTED = "not implemented yet"
+# Text a broken widget or a raised exception leaves in the page, including inside Output widgets.
+BROKEN = ("Error displaying widget", "Loading widget...", "Traceback (most recent call last)")
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def lab():
+    reason = bs.missing_requirement()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser test cannot run under CI=true: {reason}")
+        pytest.skip(reason)
+    with bs.jupyter_lab(REPO) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    with bs.chromium_browser() as browser:
+        page = bs.open_lab(browser, lab)
+        yield page
+        page.close()
+
+
+def _where(cell: dict) -> str:
+    return f"cell {cell['index']} ({cell['source'][:60]!r})"
+
+
+def check_run(page, report: dict, path: str) -> None:
+    """The notebook opened in its own kernel, ran to the end, and shows no error anywhere."""
+    opened, ran, cells = report["opened"], report["ran"], report["cells"]
+    assert opened["wanted"] and opened["kernel"] == opened["wanted"], \
+        (f"{path} opened in kernel {opened['kernel']!r}, its metadata asks for "
+         f"{opened['wanted']!r}; dialogs: {report['dialogs']}")
+    assert not report["dialogs"], f"{path}: unexpected dialog {report['dialogs']}"
+    errors = [f"{_where(c)}: {e}" for c in cells for e in c["errors"]]
+    assert not errors, f"{path}: error outputs:\n" + "\n".join(errors)
+    assert ran["result"] == "done", f"{path}: run all {ran['result']} (kernel {ran['status']})"
+    unrun = [_where(c) for c in cells if c["type"] == "code" and c["source"].strip()
+             and c["executionCount"] is None]
+    assert not unrun, f"{path}: cells never executed: {unrun}"
+    broken = [f"{_where(c)}: {b!r}" for c in cells for b in BROKEN if b in c["text"]]
+    assert not broken, f"{path}: broken outputs:\n" + "\n".join(broken)
+
+
+def check_figures(page, report: dict, path: str) -> None:
+    """Every image/png output is an <img> that loaded (a data URL that decodes to pixels)."""
+    for c in report["cells"]:
+        where = f"{path} {_where(c)}"
+        assert c["images"] >= c["modelImages"], \
+            f"{where}: {c['modelImages']} figures in the model, {c['images']} in the page"
+        assert c["brokenImages"] == 0, f"{where}: {c['brokenImages']} images did not load"
+
+
+def check_widgets(page, report: dict, path: str) -> None:
+    """Every widget cell rendered controls; each cell's first slider drives what it shows, and
+    going back to a value shows exactly what that value showed before."""
+    widget_cells = [c for c in report["cells"] if c["widgetOutputs"]]
+    for c in widget_cells:
+        assert c["widgetViews"], f"{path} {_where(c)}: widget output but no widget rendered"
+        progress_only = c["progress"] and not c["controls"]  # a tqdm.auto bar is a widget too
+        assert progress_only or c["controls"], f"{path} {_where(c)}: widget cell without controls"
+    for c in (c for c in widget_cells if c["sliders"]):
+        (r0, d0), (r1, d1), (r2, d2), (r3, d3) = bs.wiggle_slider(page, c["index"])
+        where = f"{path} {_where(c)}"
+        assert r0 != r1 and r2 == r0 and r3 == r1, f"{where}: slider readouts {[r0, r1, r2, r3]}"
+        broken = [b for b in BROKEN for d in (d1, d2, d3) if b in d]
+        assert not broken, f"{where}: after moving the slider: {broken}\n{(d1 + d2 + d3)[-2000:]}"
+        assert d1 != d0, f"{where}: slider {r0} -> {r1} changed no figure or text"
+        # Same value, same output: catches half-drawn figures, stale or stacked outputs.
+        differ = [f"at {r}: first\n{a[-400:]}\nthen\n{b[-400:]}"
+                  for r, a, b in ((r0, d0, d2), (r1, d1, d3)) if a != b]
+        assert not differ, \
+            f"{where}: the output at one slider value differs between visits:\n" + "\n".join(differ)
+
+
+def check_not_implemented(page, report: dict, path: str) -> None:
+    """Every check cell of an unsolved exercise says "not implemented yet" (and raised nothing)."""
+    checks = [c for c in report["cells"] if c["type"] == "code" and CHECK_CALL.search(c["source"])]
+    assert checks, f"{path}: no cell calls checks.exercise_*(...)"
+    silent = [_where(c) for c in checks if NOT_IMPLEMENTED not in c["text"]]
+    assert not silent, f"{path}: checks that did not say {NOT_IMPLEMENTED!r}: {silent}"
+
+
+def _screenshot_focus(cells: list[dict]) -> int | None:
+    """The cell a screenshot scrolls to: the first check saying "not implemented yet", else the
+    first slider, else the first figure, else None (the top)."""
+    firsts = ([c for c in cells if NOT_IMPLEMENTED in c["text"]],
+              [c for c in cells if c["sliders"]], [c for c in cells if c["images"]])
+    return next((found[0]["index"] for found in firsts if found), None)
+
+
+def drive(page, lab, path: str, name: str, tmp_path: Path, checks) -> None:
+    """Run `path` in the page, apply each check(page, report, path), screenshot, always close.
+
+    A passing run's screenshot goes to outputs/screenshots/<name>.png, a failing one's to tmp_path.
+    """
+    report, passed = None, False
+    try:
+        report = bs.run_notebook(page, path)
+        for check in checks:
+            check(page, report, path)
+        passed = True
+    finally:
+        try:
+            if report is not None:
+                focus = _screenshot_focus(report["cells"])
+                shot = (SCREENSHOTS if passed else tmp_path) / f"{name}.png"
+                bs.screenshot(page, focus, shot)
+                if not passed:
+                    print(f"screenshot of the failed run: {shot}\nserver log:\n{lab.log_tail()}")
+        finally:
+            bs.close_notebook(page)
+
+
+@pytest.mark.parametrize("path", LESSONS)
+def test_lesson_notebook_in_browser(lab, page, path, tmp_path):
+    drive(page, lab, path, Path(path).stem, tmp_path, [check_run, check_figures, check_widgets])
+
+
+@pytest.mark.parametrize("path", EXERCISES)
+def test_exercise_notebook_in_browser(lab, page, path, tmp_path):
+    drive(page, lab, path, Path(path).stem + "-exercise", tmp_path,
+          [check_run, check_figures, check_not_implemented, check_widgets])

@@ -1,0 +1,92 @@
+"""Widget logic as plain functions: right numbers, and no crash on a student's stub or bug."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from lessonlib import sampling, theory, widgets  # noqa: E402
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError("exercise 2c: to do")
+
+
+def buggy(*args, **kwargs):
+    return 1 / 0
+
+
+REFS = (theory.expected_tokens_per_verify, theory.expected_speedup, theory.optimal_k)
+
+
+def test_safe_call_returns_value_or_message():
+    assert widgets.safe_call(lambda x: x + 1, 1) == (2, None)
+    value, error = widgets.safe_call(stub)
+    assert value is None and "not implemented yet" in error and "exercise 2c" in error
+    value, error = widgets.safe_call(buggy)
+    assert value is None and error.startswith("ZeroDivisionError")
+
+
+def test_speedup_summary_matches_theory():
+    s = widgets.speedup_summary(0.8, 4, 0.05, *REFS, k_max=16)
+    assert s["error"] is None
+    assert s["tokens"] == pytest.approx(3.3616)
+    assert s["speedup"] == pytest.approx(3.3616 / 1.2)
+    assert s["wall_time"] == pytest.approx(1.2 / 3.3616)
+    assert s["best_k"] == theory.optimal_k(0.8, 0.05, k_max=16)
+    assert s["best_speedup"] == pytest.approx(theory.expected_speedup(0.8, s["best_k"], 0.05))
+
+
+def test_speedup_text_says_faster_or_slower():
+    assert "faster than plain decoding" in widgets.speedup_text(widgets.speedup_summary(0.8, 4, 0.05, *REFS))
+    # alpha below break-even: slower
+    slow = widgets.speedup_summary(0.1, 8, 0.3, *REFS)
+    assert slow["speedup"] < 1 and "slower than plain decoding" in widgets.speedup_text(slow)
+
+
+@pytest.mark.parametrize("broken", [stub, buggy])
+def test_speedup_summary_survives_a_broken_function(broken):
+    s = widgets.speedup_summary(0.8, 4, 0.05, theory.expected_tokens_per_verify, broken, theory.optimal_k)
+    assert s["error"] and s["speedup"] is None and s["wall_time"] is None
+    assert "cannot compute" in widgets.speedup_text(s)
+
+
+def test_speedup_curve():
+    ks, values, error = widgets.speedup_curve(0.7, 0.05, theory.expected_speedup, k_max=8)
+    assert error is None and list(ks) == list(range(1, 9))
+    assert values == pytest.approx([theory.expected_speedup(0.7, k, 0.05) for k in range(1, 9)])
+    ks, values, error = widgets.speedup_curve(0.7, 0.05, stub, k_max=8)
+    assert np.isnan(values).all() and "not implemented" in error
+
+
+def test_acceptance_summary():
+    p = np.random.default_rng(0).dirichlet(np.ones(12))
+    s = widgets.acceptance_summary(p, 0.7, k=4, c=0.05)
+    assert s["alpha"] == pytest.approx(0.7, abs=1e-9)
+    assert s["overlap"].sum() == pytest.approx(s["alpha"])
+    # the rule's identity: accepted part + (1 - alpha) * residual = p
+    assert s["overlap"] + (1 - s["alpha"]) * s["residual"] == pytest.approx(p, abs=1e-12)
+    assert s["residual"] == pytest.approx(sampling.residual(p, s["q"]))
+    assert s["tokens"] == pytest.approx(theory.expected_tokens_per_verify(0.7, 4))
+    assert s["speedup"] == pytest.approx(theory.expected_speedup(0.7, 4, 0.05))
+
+
+@pytest.mark.parametrize("fns", [REFS, (stub, stub, stub), (buggy, buggy, buggy)])
+def test_speedup_explorer_builds_with_any_functions(fns):
+    box = widgets.speedup_explorer(*fns)
+    controls, text, image = box.children
+    assert [c.description for c in controls.children] == ["α", "K", "c"]
+    before = text.value
+    controls.children[0].value = 0.5  # moving a slider redraws the text
+    assert text.value != before and "0.50" in text.value
+    assert bytes(image.value).startswith(b"\x89PNG")  # the curve is drawn even when some functions fail
+
+
+def test_acceptance_explorer_builds_and_survives_unreachable_alpha():
+    box = widgets.acceptance_explorer(np.random.default_rng(0).dirichlet(np.ones(12)))
+    controls, text, image = box.children
+    assert "Σ min(p, q) = 0.700" in text.value and bytes(image.value).startswith(b"\x89PNG")
+    slider = controls.children[0]
+    slider.value = slider.min  # may be unreachable for this p: must say so, not raise
+    assert text.value.count("α = 0.30") == 1 or "Σ min(p, q) = 0.300" in text.value
