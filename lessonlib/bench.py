@@ -1,4 +1,5 @@
-"""Benchmarks: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md}.
+"""Benchmarks: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md};
+``python -m lessonlib.bench tree [options]`` runs the tree benchmark (``lessonlib.bench_tree``).
 
 Everything is measured in one run on one machine: plain decoding and chain speculative
 decoding with each shipped draft, K = 1..8, T in {0, 1}, on held-out code and prose prompts,
@@ -12,6 +13,7 @@ import argparse
 import json
 import pathlib
 import platform
+import sys
 import time
 
 import numpy as np
@@ -113,8 +115,13 @@ def machine() -> dict:
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tree"]:
+        from . import bench_tree
+
+        return bench_tree.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["decode"])
+    parser.add_argument("what", choices=["decode", "tree"])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--device", default=None)

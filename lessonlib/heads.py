@@ -287,12 +287,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
 
 def load_head(name, target: GPT, directory=CHECKPOINTS):
     """A trained EAGLE head or Medusa heads for ``target``, in eval mode on its device."""
-    try:
-        meta = read_meta(name, directory)
-    except FileNotFoundError as err:
-        kind = "medusa" if name.startswith("medusa") else "eagle"
-        raise FileNotFoundError(f"head checkpoint {name!r} is missing ({directory}); rebuild it with: "
-                                f"python -m lessonlib.heads train {kind} --name {name}") from err
+    meta = read_meta(name, directory)  # a missing file names the rebuild command
     model = build(meta["kind"], GPTConfig(**meta["config"]), meta.get("n_heads") or 4)
     if model.config.n_embd != target.config.n_embd or meta["config"]["vocab_size"] != target.config.vocab_size:
         raise ValueError(f"head {name!r} was trained for a different target config")

@@ -212,6 +212,10 @@ def scaled_name(name: str, scale: str = "cpu") -> str:
 
 
 def rebuild_command(name: str) -> str:
+    if name.startswith(("eagle", "medusa")):
+        kind, _, suffix = name.partition("-")
+        ttt = " --ttt 3" if suffix == "ttt" else ""
+        return f"python -m lessonlib.heads train {kind}{ttt}" + (f" --suffix=-{suffix}" if suffix else "")
     if name.endswith("-gpu"):
         return f"python -m lessonlib.train {name.removesuffix('-gpu')} --scale gpu"
     return f"python -m lessonlib.train {name}"
