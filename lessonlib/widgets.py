@@ -26,24 +26,27 @@ def figure_png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def live_view(render, controls: dict):
-    """``controls`` above a text block and an image; ``render(**values) -> (text, Figure or None)``
-    is called once now and again whenever a control changes."""
+def live_view(render, controls: dict, figure: bool = True):
+    """``controls`` above a text block and (with ``figure``) an image; ``render(**values) ->
+    (text, Figure or None)`` runs now and whenever a control changes. A render that returns no
+    figure (an error message) hides the image rather than showing an empty one."""
     import ipywidgets as w
 
-    text, image = w.HTML(), w.Image(format="png")
+    text = w.HTML()
+    image = w.Image(format="png") if figure else None
 
     def update(_=None):
         message, fig = render(**{name: control.value for name, control in controls.items()})
         text.value = f"<pre style='white-space: pre-wrap; margin: 0'>{html.escape(message)}</pre>"
-        image.layout.display = "none" if fig is None else None
-        if fig is not None:
-            image.value = figure_png(fig)
+        if image is not None:
+            image.layout.display = "none" if fig is None else None
+            if fig is not None:
+                image.value = figure_png(fig)
 
     for control in controls.values():
         control.observe(update, names="value")
     update()
-    return w.VBox([w.HBox(list(controls.values())), text, image])
+    return w.VBox([w.HBox(list(controls.values())), text] + ([image] if figure else []))
 
 
 def safe_call(fn, *args, **kwargs):
@@ -195,4 +198,4 @@ def tree_explorer(report: dict):
 
     methods = [r["method"] for r in report["rows"] if r["method"] != "plain"]
     choice = w.Dropdown(options=methods, value=methods[0], description="method", layout=w.Layout(width="460px"))
-    return live_view(lambda method: (tree_summary(report, method), None), {"method": choice})
+    return live_view(lambda method: (tree_summary(report, method), None), {"method": choice}, figure=False)

@@ -90,3 +90,16 @@ def test_acceptance_explorer_builds_and_survives_unreachable_alpha():
     slider = controls.children[0]
     slider.value = slider.min  # may be unreachable for this p: must say so, not raise
     assert text.value.count("α = 0.30") == 1 or "Σ min(p, q) = 0.300" in text.value
+
+
+def test_tree_explorer_shows_the_chosen_measurement():
+    import json
+    import pathlib
+
+    report = json.loads((pathlib.Path(__file__).parent.parent / "outputs/benchmarks/tree.json").read_text())
+    box = widgets.tree_explorer(report)
+    (choice,), text = box.children[0].children, box.children[1]
+    assert len(box.children) == 2  # text only: no empty image to show
+    first = text.value
+    choice.value = choice.options[-1]
+    assert text.value != first and choice.options[-1] in text.value
