@@ -598,11 +598,17 @@ def _alpha_tv_without_half(target, draft, tokens, temperature):
     return float(alpha.mean()), alpha
 
 
+def _with_controls(verify, controls: dict):
+    """``verify`` followed by the same check on each known-wrong implementation in ``controls``."""
+    def verify_with_controls(fn):
+        return verify(fn) + ["negative controls, same check: " + "; ".join(_rejects(verify, n, f)
+                                                                          for n, f in controls.items())]
+    return verify_with_controls
+
+
 def _verify_measure_alpha_with_controls(measure_alpha):
-    verified = _verify_measure_alpha(measure_alpha)
-    controls = {"argmax agreement used as α at T = 1": _alpha_argmax_at_any_t, "TV without the ½": _alpha_tv_without_half}
-    return verified + ["negative controls, same check: " + "; ".join(_rejects(_verify_measure_alpha, n, f)
-                                                                      for n, f in controls.items())]
+    return _with_controls(_verify_measure_alpha, {"argmax agreement used as α at T = 1": _alpha_argmax_at_any_t,
+                                                  "TV without the ½": _alpha_tv_without_half})(measure_alpha)
 
 
 def exercise_3b(measure_alpha):
@@ -685,10 +691,8 @@ def _step_always_ce(model, optimizer, x, y, teacher=None, kind="ce"):
 
 
 def _verify_train_step_with_controls(train_step):
-    verified = _verify_train_step(train_step)
-    controls = {"no optimizer step": _step_no_update, "always cross-entropy": _step_always_ce}
-    return verified + ["negative controls, same check: " + "; ".join(_rejects(_verify_train_step, n, f)
-                                                                      for n, f in controls.items())]
+    return _with_controls(_verify_train_step, {"no optimizer step": _step_no_update,
+                                               "always cross-entropy": _step_always_ce})(train_step)
 
 
 def exercise_3c(train_step):

@@ -38,6 +38,19 @@ class Clock:
         return out
 
 
+def timing_stats(clock: Clock, seconds: float, max_new_tokens: int) -> dict:
+    """The wall-time split every decoding loop reports: draft, verify, overhead and throughput."""
+    draft_s, verify_s = clock.seconds.get("draft", 0.0), clock.seconds.get("verify", 0.0)
+    return {
+        "draft_seconds": draft_s,
+        "verify_seconds": verify_s,
+        "overhead_seconds": seconds - draft_s - verify_s,
+        "seconds": seconds,
+        "tokens_per_second": max_new_tokens / seconds,
+        "seconds_per_token": seconds / max_new_tokens,
+    }
+
+
 def _check_budget(model, prompt_tokens, max_new_tokens, extra=0):
     if len(prompt_tokens) < 1:
         raise ValueError("prompt_tokens must hold at least one token")
@@ -155,9 +168,8 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
         d_cache.truncate(min(d_cache.length, len(seq) - 1))
     seconds = time.perf_counter() - start
     new = seq[goal - max_new_tokens : goal]
-    draft_s, verify_s = clock.seconds.get("draft", 0.0), clock.seconds.get("verify", 0.0)
-    per_draft = draft_s / max(1, clock.calls.get("draft", 0))
-    per_verify = verify_s / max(1, clock.calls.get("verify", 0))
+    per_draft = clock.seconds.get("draft", 0.0) / max(1, clock.calls.get("draft", 0))
+    per_verify = clock.seconds.get("verify", 0.0) / max(1, clock.calls.get("verify", 0))
     return new, {
         "k": int(k),
         "temperature": float(temperature),
@@ -167,12 +179,7 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
         "accepted_fraction": accepted / drafted,
         "target_calls": rounds,
         "draft_calls": clock.calls.get("draft", 0),
-        "draft_seconds": draft_s,
-        "verify_seconds": verify_s,
-        "overhead_seconds": seconds - draft_s - verify_s,
-        "seconds": seconds,
-        "tokens_per_second": max_new_tokens / seconds,
-        "seconds_per_token": seconds / max_new_tokens,
+        **timing_stats(clock, seconds, max_new_tokens),
         "c": per_draft / per_verify,
         "draft_forward_seconds": per_draft,
         "verify_forward_seconds": per_verify,

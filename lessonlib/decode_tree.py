@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import tree
-from .decode import Clock, _check_budget, _rng
+from .decode import Clock, _check_budget, _rng, timing_stats
 from .sampling import GREEDY_TEMPERATURE, softmax
 
 DEFAULT_RULE = functools.partial(tree.draft_topk, branching=(3, 2, 2))
@@ -206,12 +206,7 @@ def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_R
         "mean_accepted": float(np.mean(lengths)),
         "acceptance_by_depth": acceptance_by_depth(lengths, depth),
         "accepted_lengths": np.bincount(lengths).tolist(),
-        "draft_seconds": draft_s,
-        "verify_seconds": verify_s,
-        "overhead_seconds": seconds - draft_s - verify_s,
-        "seconds": seconds,
-        "tokens_per_second": max_new_tokens / seconds,
-        "seconds_per_token": seconds / max_new_tokens,
+        **timing_stats(clock, seconds, max_new_tokens),
         "verify_forward_seconds": verify_s / rounds,
         "draft_seconds_per_round": draft_s / rounds,
     }
