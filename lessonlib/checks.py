@@ -253,12 +253,21 @@ def verify_chain_always_accept(p_rows, q_rows, draft_tokens, rng):
 NEGATIVE_CONTROLS = {"scalar-q residual": verify_chain_scalar_q, "always accept": verify_chain_always_accept}
 
 
-def _negative_control(name, fn) -> str:
+def _rejects(verify, name, wrong) -> str:
+    """Run ``verify`` on a known-wrong implementation; it must raise CheckFailed."""
     try:
-        chain_statistics(fn)
+        verify(wrong)
     except CheckFailed as err:
-        return f"{name} (rejected: {err.args[0].splitlines()[0]})"
-    raise RuntimeError(f"the statistical test failed to reject the negative control {name!r}; the check is broken")
+        return f"{name} (caught: {err.args[0].splitlines()[0]})"
+    raise RuntimeError(f"the check failed to catch the negative control {name!r}; the check is broken")
+
+
+def _with_controls(verify, controls: dict):
+    """``verify`` followed by the same check on each known-wrong implementation in ``controls``."""
+    def verify_with_controls(fn):
+        label = "negative controls" if len(controls) > 1 else "negative control"
+        return verify(fn) + [f"{label}, same check: " + "; ".join(_rejects(verify, n, f) for n, f in controls.items())]
+    return verify_with_controls
 
 
 def _verify_chain_fn(verify_chain):
@@ -277,7 +286,7 @@ def _verify_chain_fn(verify_chain):
             fail("disjoint supports", "p(x) = 0 for the drafted token, so it must be rejected and the correction drawn "
                  "from the residual (= p here)", expected="one token, 0 or 1", got=out)
     p_values = chain_statistics(verify_chain)
-    controls = [_negative_control(name, fn) for name, fn in NEGATIVE_CONTROLS.items()]
+    controls = [_rejects(chain_statistics, name, fn) for name, fn in NEGATIVE_CONTROLS.items()]
     return ["p == q accepts all K and adds the bonus; a draft with p(x) = 0 is always rejected",
             f"chi-square tests on {CHAIN_ROUNDS} rounds (vocab 6, K = 2) at level {CHAIN_LEVEL:g} each "
             f"(false alarm < {4 * CHAIN_LEVEL:.2%} for a correct verifier): "
@@ -523,21 +532,9 @@ def _loss_teacher_untempered(student_logits, teacher_logits=None, kind="fkl", la
     return train.distillation_loss(student_logits, teacher_logits * temperature, kind, labels, temperature)
 
 
-def _rejects(verify, name, wrong) -> str:
-    """Run ``verify`` on a known-wrong implementation; it must raise CheckFailed."""
-    try:
-        verify(wrong)
-    except CheckFailed as err:
-        return f"{name} (caught: {err.args[0].splitlines()[0]})"
-    raise RuntimeError(f"the check failed to catch the negative control {name!r}; the check is broken")
-
-
-def _verify_distillation_loss_with_controls(distillation_loss):
-    verified = _verify_distillation_loss(distillation_loss)
-    controls = {"KL with the arguments swapped": _loss_swapped_kl, "TV without the ½": _loss_tv_without_half,
-                "teacher not tempered": _loss_teacher_untempered}
-    return verified + ["negative controls, same check: " + "; ".join(_rejects(_verify_distillation_loss, n, f)
-                                                                      for n, f in controls.items())]
+_verify_distillation_loss_with_controls = _with_controls(_verify_distillation_loss, {
+    "KL with the arguments swapped": _loss_swapped_kl, "TV without the ½": _loss_tv_without_half,
+    "teacher not tempered": _loss_teacher_untempered})
 
 
 def exercise_3a(distillation_loss):
@@ -598,17 +595,8 @@ def _alpha_tv_without_half(target, draft, tokens, temperature):
     return float(alpha.mean()), alpha
 
 
-def _with_controls(verify, controls: dict):
-    """``verify`` followed by the same check on each known-wrong implementation in ``controls``."""
-    def verify_with_controls(fn):
-        return verify(fn) + ["negative controls, same check: " + "; ".join(_rejects(verify, n, f)
-                                                                          for n, f in controls.items())]
-    return verify_with_controls
-
-
-def _verify_measure_alpha_with_controls(measure_alpha):
-    return _with_controls(_verify_measure_alpha, {"argmax agreement used as α at T = 1": _alpha_argmax_at_any_t,
-                                                  "TV without the ½": _alpha_tv_without_half})(measure_alpha)
+_verify_measure_alpha_with_controls = _with_controls(_verify_measure_alpha, {
+    "argmax agreement used as α at T = 1": _alpha_argmax_at_any_t, "TV without the ½": _alpha_tv_without_half})
 
 
 def exercise_3b(measure_alpha):
@@ -690,9 +678,8 @@ def _step_always_ce(model, optimizer, x, y, teacher=None, kind="ce"):
     return train.train_step(model, optimizer, x, y, teacher=None, kind="ce")
 
 
-def _verify_train_step_with_controls(train_step):
-    return _with_controls(_verify_train_step, {"no optimizer step": _step_no_update,
-                                               "always cross-entropy": _step_always_ce})(train_step)
+_verify_train_step_with_controls = _with_controls(_verify_train_step, {
+    "no optimizer step": _step_no_update, "always cross-entropy": _step_always_ce})
 
 
 def exercise_3c(train_step):
@@ -801,12 +788,9 @@ def _breakeven_nearest(t, a, c, k=None):
     return exact if np.isinf(exact) else float(min(x for x in t if x >= exact))
 
 
-def _verify_breakeven_with_controls(breakeven_temperature):
-    verified = _verify_breakeven_temperature(breakeven_temperature)
-    controls = {"fixed K = 4 instead of the best K": _breakeven_fixed_k, "last crossing": _breakeven_last_crossing,
-                "no interpolation": _breakeven_nearest}
-    return verified + ["negative controls, same check: " + "; ".join(
-        _rejects(_verify_breakeven_temperature, n, f) for n, f in controls.items())]
+_verify_breakeven_with_controls = _with_controls(_verify_breakeven_temperature, {
+    "fixed K = 4 instead of the best K": _breakeven_fixed_k, "last crossing": _breakeven_last_crossing,
+    "no interpolation": _breakeven_nearest})
 
 
 def exercise_5a(breakeven_temperature):
@@ -888,11 +872,8 @@ class _NeverProbes:
         self.action, self.record, self.record_plain = self.inner.action, self.inner.record, self.inner.record_plain
 
 
-def _verify_policy_with_controls(policy_class):
-    verified = _verify_policy(policy_class)
-    controls = {"no hysteresis, 2-round window": _FlappyPolicy, "never probes": _NeverProbes}
-    return verified + ["negative controls, same check: " + "; ".join(
-        _rejects(_verify_policy, n, f) for n, f in controls.items())]
+_verify_policy_with_controls = _with_controls(_verify_policy, {
+    "no hysteresis, 2-round window": _FlappyPolicy, "never probes": _NeverProbes})
 
 
 def exercise_5b(policy_class):
@@ -932,10 +913,8 @@ def _throughput_mean_of_rates(trace, boundaries):
     return np.array([rate[phase == i].mean() for i in range(len(b) - 1)])
 
 
-def _verify_throughput_with_controls(throughput_by_phase):
-    verified = _verify_throughput_by_phase(throughput_by_phase)
-    return verified + ["negative control, same check: " + _rejects(
-        _verify_throughput_by_phase, "mean of per-step rates", _throughput_mean_of_rates)]
+_verify_throughput_with_controls = _with_controls(_verify_throughput_by_phase, {
+    "mean of per-step rates": _throughput_mean_of_rates})
 
 
 def exercise_5c(throughput_by_phase):
@@ -980,9 +959,7 @@ def exercise_4a(build_tree_mask):
     """Check ``build_tree_mask(parents)`` -> bool (N, N), mask[i, j] iff j is i or an ancestor."""
     from . import tree
 
-    def verify(fn):
-        return _verify_tree_mask(fn) + ["negative control, same check: " + _rejects(_verify_tree_mask, "parent only", _mask_parent_only)]
-
+    verify = _with_controls(_verify_tree_mask, {"parent only": _mask_parent_only})
     return run_check("4a", build_tree_mask, tree.tree_attention_mask, verify)
 
 
@@ -1033,9 +1010,7 @@ def exercise_4b(draft_topk_tree):
     def reference(expand, branching):
         return tree.draft_topk(expand, branching)[:2]
 
-    def verify(fn):
-        return _verify_topk_tree(fn) + ["negative control, same check: " + _rejects(_verify_topk_tree, "sampled children", _topk_sampled)]
-
+    verify = _with_controls(_verify_topk_tree, {"sampled children": _topk_sampled})
     return run_check("4b", draft_topk_tree, reference, verify)
 
 
@@ -1080,9 +1055,7 @@ def exercise_4c(verify_tree_greedy):
     """Check ``verify_tree_greedy(parents, tokens, target_argmax)`` -> (path, emitted)."""
     from . import tree
 
-    def verify(fn):
-        return _verify_greedy_tree(fn) + ["negative control, same check: " + _rejects(_verify_greedy_tree, "first child only", _greedy_first_child)]
-
+    verify = _with_controls(_verify_greedy_tree, {"first child only": _greedy_first_child})
     return run_check("4c", verify_tree_greedy, tree.verify_tree_greedy, verify)
 
 
@@ -1130,8 +1103,5 @@ def exercise_4d(verify_tree_sampled):
     """Check ``verify_tree_sampled(parents, tokens, p_rows, rng)`` -> (path, emitted) in distribution."""
     from . import tree
 
-    def verify(fn):
-        return _verify_sampled_tree(fn) + ["negative control, same check: " + _rejects(
-            _verify_sampled_tree, "no renormalisation", _sampled_no_renormalise)]
-
+    verify = _with_controls(_verify_sampled_tree, {"no renormalisation": _sampled_no_renormalise})
     return run_check("4d", verify_tree_sampled, tree.verify_tree, verify)
