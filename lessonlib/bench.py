@@ -44,7 +44,7 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
                  n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0, scale="cpu"):
     """Run the decode benchmark; returns the rows (one per corpus, T, draft, K) and context."""
     device = device or default_device()
-    target = load(scaled_name("target", scale), device)
+    target = load(scaled_name("target", scale), device, pack=True)  # packed: see GPT.pack_for_cpu
     draft_models = {name: load(scaled_name(name, scale), device) for name in drafts}
     rows, plain_rows = [], []
     configs = [(c, t) for c in corpora for t in temperatures]

@@ -106,7 +106,7 @@ def verify_cost(target, prefix_len=128, sizes=(1, 2, 4, 5, 6, 8, 12, 16, 24, 32,
 
 
 def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", directory=CHECKPOINTS):
-    target, draft = load("target", device, directory), load("draft-kl", device, directory)
+    target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory)
     eagle, medusa = load_head("eagle", target, directory), load_head("medusa", target, directory)
     drafters = {"draft": lambda: ModelDrafter(draft), "eagle": lambda: EagleDrafter(eagle, target),
                 "medusa": lambda: MedusaDrafter(medusa, target)}

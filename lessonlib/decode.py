@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch
 
-from .sampling import GREEDY_TEMPERATURE, sample, softmax
+from .sampling import GREEDY_TEMPERATURE, inverse_cdf, sample, softmax
 from .speculative import verify_chain, verify_greedy
 
 
@@ -64,10 +64,12 @@ def _check_budget(model, prompt_tokens, max_new_tokens, extra=0):
         )
 
 
-def _feed(model, cache, tokens):
-    """Feed ``tokens`` after the cached prefix; return their logits as a float64 numpy array."""
+def _feed(model, cache, tokens, rows=None):
+    """Feed ``tokens`` after the cached prefix; return the logits of the last ``rows`` of them
+    (default all) as a float64 numpy array."""
     idx = torch.as_tensor(tokens, dtype=torch.long, device=model.device)[None]
-    return model(idx, cache=cache)[0].double().cpu().numpy()
+    logits = model(idx, cache=cache)[0]
+    return (logits if rows is None else logits[-rows:]).double().cpu().numpy()
 
 
 def _rng(rng):
@@ -148,17 +150,19 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
         drafts, q_rows = [], []
         pending = seq[d_cache.length :]
         for _ in range(k):
-            logits = clock("draft", _feed, draft, d_cache, pending)[-1]
-            q = softmax(logits, temperature)
-            drafts.append(int(np.argmax(q)) if greedy else int(sample(q, rng)))
-            q_rows.append(q)
+            logits = clock("draft", _feed, draft, d_cache, pending, rows=1)[0]
+            if greedy:
+                drafts.append(int(np.argmax(logits)))
+            else:  # rows straight from softmax are valid: sample without re-checking them
+                q_rows.append(softmax(logits, temperature))
+                drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(rng.random()))))
             pending = [drafts[-1]]
         # one target forward over the unfed committed tokens and all k drafts
-        p_logits = clock("verify", _feed, target, t_cache, seq[t_cache.length :] + drafts)[-(k + 1) :]
+        p_logits = clock("verify", _feed, target, t_cache, seq[t_cache.length :] + drafts, rows=k + 1)
         if greedy:
             emitted = verify_greedy(softmax(p_logits, temperature), drafts)
         else:
-            emitted = verify_chain(softmax(p_logits, temperature), np.stack(q_rows), drafts, rng)
+            emitted = verify_chain(softmax(p_logits, temperature), np.stack(q_rows), drafts, rng, validate=False)
         n_ok = len(emitted) - 1
         drafted, accepted, rounds = drafted + k, accepted + n_ok, rounds + 1
         rejected += n_ok < k

@@ -32,17 +32,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data
-from .models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, load, load_state, read_meta, save
+from .models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, load, load_state, prefix_mask, read_meta, save
 from .train import autocast, distillation_loss, fit, git_revision
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
-
-
-def _prefix_mask(mask, start, T, device):
-    """(T, start + T) bool mask: every new row sees the cached prefix, then ``mask`` (default
-    causal) among the new positions -- the same convention as ``GPT.forward``."""
-    local = mask.to(device) if mask is not None else torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    return torch.cat([torch.ones(T, start, dtype=torch.bool, device=device), local], 1)
 
 
 class EagleHead(nn.Module):
@@ -69,7 +62,7 @@ class EagleHead(nn.Module):
         B, T = tokens.shape
         x = self.fc(torch.cat([target.wte(tokens), features.to(target.wte.weight.dtype)], -1))
         start = cache.length if cache is not None else 0
-        attn = None if (mask is None and start == 0) else _prefix_mask(mask, start, T, x.device)
+        attn = None if (mask is None and start == 0) else prefix_mask(mask, start, T, x.device, x.dtype)
         g = self.block(x, attn, cache.kv[0] if cache is not None else None, start)
         if cache is not None:
             cache.length = start + T

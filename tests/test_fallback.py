@@ -79,8 +79,12 @@ def test_alpha_for_speedup_inverts_the_speedup():
             top = (k + 1) / (k * c + 1)
             for s in np.linspace(1 / (k * c + 1), top, 7)[1:-1]:
                 assert theory.expected_speedup(fallback.alpha_for_speedup(s, k, c), k, c) == pytest.approx(s, abs=1e-12)
-    with pytest.raises(ValueError, match="speedup must be"):
-        fallback.alpha_for_speedup(6.0, 4, 0.1)  # above (K+1)/(Kc+1)
+    # outside the reachable range: no alpha reaches it (inf), or every alpha does (0)
+    assert fallback.alpha_for_speedup(6.0, 4, 0.1) == np.inf  # above (K+1)/(Kc+1) = 3.57
+    assert fallback.alpha_for_speedup(0.5, 4, 0.1) == 0.0  # below 1/(Kc+1) = 0.71
+    for bad in (0.0, -1.0, np.nan, np.inf, [1.2]):
+        with pytest.raises(ValueError, match="speedup must be"):
+            fallback.alpha_for_speedup(bad, 4, 0.1)
     with pytest.raises(ValueError, match="k must"):
         fallback.alpha_for_speedup(1.0, 0, 0.1)
 
@@ -116,6 +120,28 @@ def test_policy_does_not_flap_under_noise(seed):
     # clearly not (S = 0.75 at alpha 0.05): switches off once, within one window, and stays off
     sw = _switches(0.05, seed)
     assert [to for _, to in sw] == ["off"] and sw[0][0] <= 2 * 32
+
+
+def test_an_unreachable_threshold_is_kept_on_purpose():
+    # at K, C with a costly verify (r = 4.5) the best possible speedup is (K+1)/(K C + 3) < 1.2:
+    top = (K + 1) / (K * C + 4.5)
+    assert top < 1.2
+    policy = fallback.FallbackPolicy(K, C, r=4.5, on_above=1.2)
+    assert policy.alpha_on == np.inf
+    # so even perfect drafts, once the policy is off, never switch it back on ...
+    for _ in range(policy.min_rounds):
+        policy.record(0, K)
+    assert not policy.speculating
+    for _ in range(50):
+        policy.record(K, K)
+    assert not policy.speculating and [to for _, to in policy.switches] == ["off"]
+    # ... while a reachable threshold does (the control)
+    control = fallback.FallbackPolicy(K, C, r=4.5, on_above=0.99 * top)
+    for _ in range(control.min_rounds):
+        control.record(0, K)
+    for _ in range(50):
+        control.record(K, K)
+    assert control.speculating
 
 
 def test_hysteresis_and_window_are_what_stop_flapping():
@@ -181,7 +207,7 @@ def test_policy_bad_input():
     with pytest.raises(ValueError, match="off_below"):
         fallback.FallbackPolicy(K, C, off_below=1.2, on_above=1.1)
     with pytest.raises(ValueError, match="on_above"):
-        fallback.FallbackPolicy(K, C, on_above=10.0)
+        fallback.FallbackPolicy(K, C, on_above=np.inf)
     with pytest.raises(ValueError, match="window"):
         fallback.FallbackPolicy(K, C, window=0)
     with pytest.raises(ValueError, match="min_rounds"):

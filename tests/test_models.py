@@ -1,4 +1,6 @@
 """The tiny GPT: KV cache against full recomputation, checkpoints, and the training loop."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -35,6 +37,27 @@ def test_cache_prefill_append_truncate_matches_full_recomputation(model):
     want = full_logits(model, tokens[:25])[16:25]
     assert cache.length == 25
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+
+
+@pytest.mark.skipif(not models.can_pack(GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4))),
+                    reason="packing needs a CPU with oneDNN")
+def test_packed_weights_give_the_same_logits(model):
+    packed = copy.deepcopy(model).pack_for_cpu()
+    assert packed.packed and not model.packed
+    tokens = np.random.default_rng(1).integers(0, 97, size=20).tolist()
+    torch.testing.assert_close(full_logits(packed, tokens), full_logits(model, tokens), atol=ATOL, rtol=0)
+    # cached steps of one token and of a verify-sized block, as the decoding loops feed them
+    cache = packed.new_cache()
+    with torch.no_grad():
+        packed(torch.tensor([tokens[:10]]), cache=cache)
+        one = packed(torch.tensor([tokens[10:11]]), cache=cache)[0]
+        block = packed(torch.tensor([tokens[11:17]]), cache=cache)[0]
+    want = full_logits(model, tokens[:17])
+    torch.testing.assert_close(one, want[10:11], atol=ATOL, rtol=0)
+    torch.testing.assert_close(block, want[11:17], atol=ATOL, rtol=0)
+    assert not any(p.requires_grad for p in packed.parameters())  # inference only
+    with pytest.raises(ValueError, match="pack_for_cpu"):
+        copy.deepcopy(model).double().pack_for_cpu()
 
 
 def test_cache_changes_with_the_prefix(model):
