@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data
-from .models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, load, load_state, prefix_mask, read_meta, save
+from .models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load, load_state, pack_linears, prefix_mask, read_meta, save
 from .train import autocast, distillation_loss, fit, git_revision
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
@@ -278,8 +278,12 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
     return metas
 
 
-def load_head(name, target: GPT, directory=CHECKPOINTS):
-    """A trained EAGLE head or Medusa heads for ``target``, in eval mode on its device."""
+def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
+    """A trained EAGLE head or Medusa heads for ``target``, in eval mode on its device.
+
+    ``pack``: pack the weights for fast CPU decoding (``models.pack_linears``); by default
+    the head is packed when its target is (``load(..., pack=True)``), as it runs beside it.
+    """
     meta = read_meta(name, directory)  # a missing file names the rebuild command
     model = build(meta["kind"], GPTConfig(**meta["config"]), meta.get("n_heads") or 4)
     if model.config.n_embd != target.config.n_embd or meta["config"]["vocab_size"] != target.config.vocab_size:
@@ -289,7 +293,8 @@ def load_head(name, target: GPT, directory=CHECKPOINTS):
     except RuntimeError as err:
         raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: "
                          f"python -m lessonlib.heads train {meta['kind']}") from err
-    return model.to(target.device).eval()
+    model = model.to(target.device).eval()
+    return pack_linears(model) if (target.packed if pack is None else pack) and can_pack(model) else model
 
 
 def main(argv=None):

@@ -6,7 +6,7 @@ import torch
 
 from lessonlib import heads
 from lessonlib.decode_tree import EagleDrafter, MedusaDrafter
-from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, save
+from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, can_pack, save
 
 CONFIG = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2, n_embd=32)
 
@@ -100,3 +100,16 @@ def test_checkpoint_round_trip(tmp_path):
         torch.testing.assert_close(a.to(STORED_DTYPE).float(), b, atol=0, rtol=0)
     with pytest.raises(FileNotFoundError, match="rebuild"):
         heads.load_head("medusa", target, tmp_path)
+    if can_pack(loaded):  # packed for CPU decoding: the same features, cached and tree-masked
+        target = target.float()
+        packed = heads.load_head("eagle", target, tmp_path, pack=True)
+        tokens, feats = torch.randint(0, CONFIG.vocab_size, (1, 6)), torch.randn(1, 6, CONFIG.n_embd)
+        mask = torch.ones(3, 3, dtype=torch.bool).tril()
+        mask[2, 1] = False  # a tree: node 2 is a sibling of node 1
+        outputs = []
+        with torch.no_grad():
+            for head in (loaded, packed):
+                cache = head.new_cache()
+                outputs.append(torch.cat([head(target, tokens[:, :3], feats[:, :3], cache=cache),
+                                          head(target, tokens[:, 3:], feats[:, 3:], mask=mask, cache=cache)], 1))
+        torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=0)
