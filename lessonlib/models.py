@@ -77,20 +77,22 @@ class PackedLinear(nn.Module):
     """A frozen ``nn.Linear`` whose weight is also packed once into oneDNN's blocked layout (CPU).
 
     Why: an unpacked matmul with several input rows re-packs the weight on every call, so on a
-    CPU a verify pass over K + 1 tokens costs about 3x a one-token step. A single row is a
-    matrix-vector product, which needs no packing and is fastest unpacked, so it stays on
-    ``F.linear``. Measured on the course's 2-core CPU, 1024 x 256 weight, 1 / 6 / 16 rows:
-    15.9 / 47.7 / 69.6 us unpacked, 21.0 / 23.9 / 34.4 us packed.
+    CPU a verify pass over K + 1 tokens costs about 3x a one-token step. Measured on the
+    course's 2-core CPU, one 1024 x 256 weight alone, 1 / 6 / 16 rows: 15.9 / 47.7 / 69.6 us
+    unpacked, 21.0 / 23.9 / 34.4 us packed. Inside the whole target, whose weights do not stay
+    in cache between calls, packed is faster even for one row (see ``GPT.pack_for_cpu``);
+    below ``PACK_MIN_WEIGHTS`` oneDNN's fixed cost per call (~15 us) outweighs the saving.
     """
 
     def __init__(self, weight, bias=None):
         super().__init__()
-        self.weight = weight.detach()
-        self.bias = None if bias is None else bias.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight)
+        # the same Parameter objects as the nn.Linear's: parameter counts and devices stay right
+        self.weight, self.bias = weight, bias
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+        self.packed_bias = None if bias is None else bias.detach()
 
     def forward(self, x):
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
 
 
 def pack_linears(module: nn.Module) -> nn.Module:

@@ -43,7 +43,7 @@ def test_cache_prefill_append_truncate_matches_full_recomputation(model):
                     reason="packing needs a CPU with oneDNN")
 def test_packed_weights_give_the_same_logits(model):
     packed = copy.deepcopy(model).pack_for_cpu()
-    assert packed.packed and not model.packed
+    assert packed.packed and not model.packed and packed.num_params() == model.num_params()
     tokens = np.random.default_rng(1).integers(0, 97, size=20).tolist()
     torch.testing.assert_close(full_logits(packed, tokens), full_logits(model, tokens), atol=ATOL, rtol=0)
     # cached steps of one token and of a verify-sized block, as the decoding loops feed them
