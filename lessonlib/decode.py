@@ -3,6 +3,7 @@
 Both loops keep one invariant: a model's cache holds the committed sequence except the
 tokens it has not been fed yet, and each forward feeds exactly those (plus the drafts). So a
 rollback after a rejection is one ``cache.truncate`` and nothing is ever recomputed.
+``speculative_round`` is one round; ``fallback.ModelStream`` reuses it.
 
 Timing is split into draft, verify and overhead (everything else: sampling, the accept/reject
 rule, bookkeeping); on CUDA the device is synchronised before every clock read.
@@ -64,7 +65,7 @@ def _check_budget(model, prompt_tokens, max_new_tokens, extra=0):
         )
 
 
-def _feed(model, cache, tokens, rows=None):
+def feed(model, cache, tokens, rows=None):
     """Feed ``tokens`` after the cached prefix; return the logits of the last ``rows`` of them
     (default all) as a float64 numpy array."""
     idx = torch.as_tensor(tokens, dtype=torch.long, device=model.device)[None]
@@ -80,7 +81,8 @@ def _rng(rng):
     return rng
 
 
-def _next_token(logits_row, temperature, rng):
+def next_token(logits_row, temperature, rng):
+    """The token after a row of logits: argmax at T <= 1e-5, else a sample from softmax(z / T)."""
     if temperature <= GREEDY_TEMPERATURE:
         return int(np.argmax(logits_row))
     return int(sample(softmax(logits_row, temperature), rng))
@@ -99,13 +101,13 @@ def generate(model, prompt_tokens, max_new_tokens, temperature=0.0, rng=None):
     rng = _rng(rng)
     clock = Clock(model.device)
     cache = model.new_cache()
-    logits = clock("prefill", _feed, model, cache, list(prompt_tokens))[-1]
+    logits = clock("prefill", feed, model, cache, list(prompt_tokens))[-1]
     new = []
     start = time.perf_counter()
     for i in range(max_new_tokens):
-        new.append(_next_token(logits, temperature, rng))
+        new.append(next_token(logits, temperature, rng))
         if i + 1 < max_new_tokens:
-            logits = clock("target", _feed, model, cache, [new[-1]])[-1]
+            logits = clock("target", feed, model, cache, [new[-1]])[-1]
     seconds = time.perf_counter() - start
     return new, {
         "target_calls": clock.calls.get("target", 0) + 1,
@@ -114,6 +116,45 @@ def generate(model, prompt_tokens, max_new_tokens, temperature=0.0, rng=None):
         "seconds_per_token": seconds / max_new_tokens,
         "target_forward_seconds": clock.seconds.get("target", 0.0) / max(1, clock.calls.get("target", 0)),
     }
+
+
+def _untimed(phase, fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+def speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng, draft_temperature=None, clock=_untimed):
+    """One round of chain speculative decoding on KV caches; appends the emitted tokens to
+    ``seq`` (a list, changed in place), rolls both caches back, and returns the emitted tokens.
+
+    The caches hold a prefix of ``seq`` (the tokens they lack are fed first, in the same
+    forward). The draft samples at ``draft_temperature`` (default: the target's), greedily at
+    T <= 1e-5; the target judges at ``temperature`` with ``verify_chain``, or ``verify_greedy``
+    at T <= 1e-5. Rows straight from ``softmax`` are valid, so the rule skips its input checks.
+    """
+    tq = temperature if draft_temperature is None else draft_temperature
+    greedy = temperature <= GREEDY_TEMPERATURE
+    drafts, q_rows, pending = [], [], seq[d_cache.length :]
+    for _ in range(k):
+        logits = clock("draft", feed, draft, d_cache, pending, rows=1)[0]
+        if tq <= GREEDY_TEMPERATURE:
+            drafts.append(int(np.argmax(logits)))
+            if not greedy:  # a sampled target needs the law the drafts came from: one-hot
+                q_rows.append(softmax(logits, tq))
+        else:
+            q_rows.append(softmax(logits, tq))
+            drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(rng.random()))))
+        pending = [drafts[-1]]
+    # one target forward over the unfed committed tokens and all k drafts
+    p_rows = softmax(clock("verify", feed, target, t_cache, seq[t_cache.length :] + drafts, rows=k + 1), temperature)
+    if greedy:
+        emitted = verify_greedy(p_rows, drafts)
+    else:
+        emitted = verify_chain(p_rows, np.stack(q_rows), drafts, rng, validate=False)
+    seq += emitted
+    # the caches keep the committed tokens minus the last one (fed next round)
+    t_cache.truncate(len(seq) - 1)
+    d_cache.truncate(min(d_cache.length, len(seq) - 1))
+    return emitted
 
 
 @torch.inference_mode()
@@ -134,42 +175,21 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
     if target.config.vocab_size != draft.config.vocab_size:
         raise ValueError("target and draft must share a vocabulary")
     _check_budget(target, prompt_tokens, max_new_tokens, extra=k + 1)
-    greedy = temperature <= GREEDY_TEMPERATURE
     rng = _rng(rng)
     clock = Clock(target.device)
     seq = list(prompt_tokens)
     t_cache, d_cache = target.new_cache(), draft.new_cache()
     if len(seq) > 1:  # prefill all but the last token; the first round feeds it
-        clock("prefill", _feed, target, t_cache, seq[:-1])
-        clock("prefill", _feed, draft, d_cache, seq[:-1])
+        clock("prefill", feed, target, t_cache, seq[:-1])
+        clock("prefill", feed, draft, d_cache, seq[:-1])
     goal = len(seq) + max_new_tokens
     drafted = accepted = rejected = rounds = 0
     start = time.perf_counter()
     while len(seq) < goal:
-        # draft k tokens; the first forward also feeds whatever the draft cache is missing
-        drafts, q_rows = [], []
-        pending = seq[d_cache.length :]
-        for _ in range(k):
-            logits = clock("draft", _feed, draft, d_cache, pending, rows=1)[0]
-            if greedy:
-                drafts.append(int(np.argmax(logits)))
-            else:  # rows straight from softmax are valid: sample without re-checking them
-                q_rows.append(softmax(logits, temperature))
-                drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(rng.random()))))
-            pending = [drafts[-1]]
-        # one target forward over the unfed committed tokens and all k drafts
-        p_logits = clock("verify", _feed, target, t_cache, seq[t_cache.length :] + drafts, rows=k + 1)
-        if greedy:
-            emitted = verify_greedy(softmax(p_logits, temperature), drafts)
-        else:
-            emitted = verify_chain(softmax(p_logits, temperature), np.stack(q_rows), drafts, rng, validate=False)
+        emitted = speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng, clock=clock)
         n_ok = len(emitted) - 1
         drafted, accepted, rounds = drafted + k, accepted + n_ok, rounds + 1
         rejected += n_ok < k
-        seq += emitted
-        # the caches keep the committed tokens minus the last one (fed next round)
-        t_cache.truncate(len(seq) - 1)
-        d_cache.truncate(min(d_cache.length, len(seq) - 1))
     seconds = time.perf_counter() - start
     new = seq[goal - max_new_tokens : goal]
     per_draft = clock.seconds.get("draft", 0.0) / max(1, clock.calls.get("draft", 0))

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .decode import _feed, _next_token
-from .sampling import GREEDY_TEMPERATURE, acceptance_rate, sample, softmax
-from .speculative import verify_chain, verify_greedy
+from .decode import feed, next_token, speculative_round
+from .sampling import acceptance_rate, softmax
 from .theory import breakeven_alpha, expected_tokens_per_verify
 
 ACTIONS = ("speculate", "probe", "plain")
@@ -402,8 +401,8 @@ class ModelStream:
     def _refill(self):
         self.t_cache, self.d_cache = self.target.new_cache(), self.draft.new_cache()
         if len(self.seq) > 1:
-            _feed(self.target, self.t_cache, self.seq[:-1])
-            _feed(self.draft, self.d_cache, self.seq[:-1])
+            feed(self.target, self.t_cache, self.seq[:-1])
+            feed(self.draft, self.d_cache, self.seq[:-1])
 
     def _make_room(self, extra):
         if len(self.seq) + extra > self.block:
@@ -421,28 +420,17 @@ class ModelStream:
         """One target forward, one token sampled at T(position)."""
         self._next_request(position)
         self._make_room(1)
-        logits = _feed(self.target, self.t_cache, self.seq[self.t_cache.length :])[-1]
-        self._commit([_next_token(logits, self.temperature(position), self.rng)])
+        logits = feed(self.target, self.t_cache, self.seq[self.t_cache.length :])[-1]
+        self._commit([next_token(logits, self.temperature(position), self.rng)])
 
     @torch.inference_mode()
     def speculate(self, position):
         """One round: k draft forwards, one target forward, the exact rule. Returns (accepted, k)."""
         self._next_request(position)
         self._make_room(self.k + 1)
-        t = self.temperature(position)
-        tq = t if self.draft_temperature is None else self.draft_temperature
-        drafts, q_rows, pending = [], [], self.seq[self.d_cache.length :]
-        for _ in range(self.k):
-            q = softmax(_feed(self.draft, self.d_cache, pending)[-1], tq)
-            drafts.append(int(np.argmax(q)) if tq <= GREEDY_TEMPERATURE else int(sample(q, self.rng)))
-            q_rows.append(q)
-            pending = [drafts[-1]]
-        p_rows = softmax(_feed(self.target, self.t_cache, self.seq[self.t_cache.length :] + drafts)[-(self.k + 1) :], t)
-        if t <= GREEDY_TEMPERATURE:
-            emitted = verify_greedy(p_rows, drafts)
-        else:
-            emitted = verify_chain(p_rows, np.stack(q_rows), drafts, self.rng)
-        self._commit(list(emitted))
+        emitted = speculative_round(self.target, self.draft, self.t_cache, self.d_cache, self.seq, self.k,
+                                    self.temperature(position), self.rng, self.draft_temperature)
+        self.new_tokens += emitted
         return len(emitted) - 1, self.k
 
 
