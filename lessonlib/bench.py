@@ -105,7 +105,19 @@ def markdown(rows, plain_rows) -> str:
     lines.append("Plain decoding: " + ", ".join(
         f"{p['corpus']} T={p['temperature']:g}: {p['tokens_per_second']:.0f} tok/s" for p in plain_rows))
     lines.append("c = draft forward / plain target step; verify cost = target forward over k + 1 tokens / plain step.")
+    lines.append("")
+    lines.append("alpha, mean over K: " + "; ".join(
+        f"{corpus} T={t:g}: " + ", ".join(f"{d} {a:.3f}" for d, a in sorted(by_draft.items()))
+        for (corpus, t), by_draft in mean_alpha(rows).items()))
     return "\n".join(lines) + "\n"
+
+
+def mean_alpha(rows):
+    """{(corpus, T): {draft: alpha averaged over K}}: one alpha per draft, less noisy than the best-K row's."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["corpus"], r["temperature"]), {}).setdefault(r["draft"], []).append(r["alpha"])
+    return {key: {d: float(np.mean(a)) for d, a in by_draft.items()} for key, by_draft in groups.items()}
 
 
 def machine() -> dict:
@@ -133,7 +145,8 @@ def main(argv=None):
                                     scale=args.scale)
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "scale": args.scale, "seconds": round(time.time() - started, 1), "new_tokens": args.new_tokens,
-              "prompts_per_corpus": args.prompts, "plain": plain_rows, "rows": rows, "best": best_rows(rows)}
+              "prompts_per_corpus": args.prompts, "plain": plain_rows, "rows": rows, "best": best_rows(rows),
+              "alpha_mean_over_k": {f"{c} T={t:g}": a for (c, t), a in mean_alpha(rows).items()}}
     stem = "decode" if args.scale == "cpu" else f"decode-{args.scale}"
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     table = markdown(rows, plain_rows)

@@ -106,3 +106,15 @@ def test_bad_arguments():
         decode.generate(target, PROMPT, 100)
     with pytest.raises(ValueError, match="temperature"):
         decode.generate(target, PROMPT, 5, temperature=-1)
+
+
+def test_benchmark_table_reports_best_k_and_alpha_per_draft():
+    from lessonlib import bench
+
+    row = lambda draft, k, alpha, speedup: {"corpus": "code", "temperature": 1.0, "draft": draft, "k": k, "alpha": alpha,
+                                            "speedup": speedup, "tau": 2.0, "c": 0.1, "verify_cost": 1.2,
+                                            "predicted_speedup": 1.5, "measured_over_predicted": speedup / 1.5}
+    rows = [row("draft-ce", 1, 0.5, 1.1), row("draft-ce", 2, 0.7, 0.9), row("draft-kl", 1, 0.6, 1.0), row("draft-kl", 2, 0.8, 1.2)]
+    assert [(r["draft"], r["k"]) for r in bench.best_rows(rows)] == [("draft-ce", 1), ("draft-kl", 2)]
+    assert bench.mean_alpha(rows) == {("code", 1.0): pytest.approx({"draft-ce": 0.6, "draft-kl": 0.7})}
+    assert "code T=1: draft-ce 0.600, draft-kl 0.700" in bench.markdown(rows, [])
