@@ -199,8 +199,8 @@ class GPT(nn.Module):
 
         Measured on the course's 2-core CPU (float32 target, 8 layers x 256, 100 cached tokens):
         a one-token step 1.86 -> 1.15 ms, a 6-token verify pass 3.36 -> 1.63 ms, a 16-token
-        tree pass 4.37 -> 2.17 ms. A 2-layer draft's matrices are below ``PACK_MIN_WEIGHTS``
-        except its LM head, and its step costs 0.17 ms either way, so decoding packs the target.
+        tree pass 4.37 -> 2.17 ms. A small draft's matrices are below ``PACK_MIN_WEIGHTS`` except
+        its LM head, and packing does not change its step time, so decoding packs the target.
         """
         pack_linears(self)
         self.packed_head = PackedLinear(self.wte.weight)  # the LM head is tied to the embedding
