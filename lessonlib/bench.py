@@ -3,9 +3,10 @@
 
 Everything is measured in one run on one machine: plain decoding and chain speculative
 decoding with each shipped draft, K = 1..8, T in {0, 1}, on held-out code and prose prompts,
-batch 1. Per configuration we report medians over prompts of tau, alpha, the measured cost
-ratio c, the speedup predicted by Leviathan et al. Thm 3.8 from that alpha and c, the
-measured speedup over plain decoding of the same prompt, and their ratio.
+batch 1. Every timed run is the fastest of ``--repeats`` identical runs. Per configuration we
+report medians over prompts of tau, alpha, the measured cost ratio c, the speedup predicted by
+Leviathan et al. Thm 3.8 from that alpha and c, the measured speedup over plain decoding of
+the same prompt, and their ratio.
 """
 from __future__ import annotations
 
@@ -35,51 +36,67 @@ def heldout_prompts(corpus: str, n: int, length: int, seed: int = 0) -> list[lis
     return [tokens[s : s + length].astype(int).tolist() for s in starts]
 
 
-def time_plain(target, prompt, new_tokens, temperature, seed):
-    _, stats = generate(target, prompt, new_tokens, temperature, np.random.default_rng(seed))
-    return stats
+def fastest(run, repeats):
+    """The stats of the fastest of ``repeats`` identical runs (same seed, same tokens): other
+    programs on the machine can only add time, so the minimum is the least disturbed run."""
+    return min((run()[1] for _ in range(repeats)), key=lambda stats: stats["seconds"])
 
 
 def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(0.0, 1.0), corpora=data.CORPORA,
-                 n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0, scale="cpu"):
-    """Run the decode benchmark; returns the rows (one per corpus, T, draft, K) and context."""
+                 n_prompts=5, prompt_len=64, new_tokens=128, device=None, seed=0, scale="cpu", repeats=3):
+    """Run the decode benchmark; returns the rows (one per corpus, T, draft, K) and context.
+
+    Every run is the fastest of ``repeats``. Plain decoding gets the same number of tries, split
+    between before and after its configuration's speculative runs, so a slow spell at either
+    end cannot bias all the speedups of that configuration.
+    """
     device = device or default_device()
     target = load(scaled_name("target", scale), device, pack=True)  # packed: see GPT.pack_for_cpu
     draft_models = {name: load(scaled_name(name, scale), device) for name in drafts}
     rows, plain_rows = [], []
     configs = [(c, t) for c in corpora for t in temperatures]
-    bar = tqdm(total=len(configs) * n_prompts * (1 + len(drafts) * len(ks)), desc="bench decode")
+    bar = tqdm(total=len(configs) * n_prompts * (1 + (repeats > 1) + len(drafts) * len(ks)), desc="bench decode")
+
+    def plain_runs(prompts, temperature, tries):
+        out = []
+        for i, prompt in enumerate(prompts):
+            out.append(fastest(lambda: generate(target, prompt, new_tokens, temperature, np.random.default_rng(seed + i)),
+                               tries))
+            bar.update()
+        return out
+
     for corpus, temperature in configs:
         prompts = heldout_prompts(corpus, n_prompts, prompt_len)
         generate(target, prompts[0], 8)  # warm-up: first calls allocate
-        plain = []
-        for i, prompt in enumerate(prompts):
-            plain.append(time_plain(target, prompt, new_tokens, temperature, seed + i))
-            bar.update()
+        before = plain_runs(prompts, temperature, (repeats + 1) // 2)
+        sweep = {}
+        for name, draft in draft_models.items():
+            for k in ks:
+                sweep[name, k] = []
+                for i, prompt in enumerate(prompts):
+                    sweep[name, k].append(fastest(lambda: speculative_generate(
+                        target, draft, prompt, k, new_tokens, temperature, np.random.default_rng(seed + i)), repeats))
+                    bar.update()
+        after = plain_runs(prompts, temperature, repeats // 2) if repeats > 1 else before
+        plain = [min(a, b, key=lambda stats: stats["seconds"]) for a, b in zip(before, after)]
         plain_tps = np.array([s["tokens_per_second"] for s in plain])
         plain_rows.append({"corpus": corpus, "temperature": temperature,
                            "tokens_per_second": float(np.median(plain_tps)),
                            "target_forward_seconds": float(np.median([s["target_forward_seconds"] for s in plain]))})
         step_s = plain_rows[-1]["target_forward_seconds"]
-        for name, draft in draft_models.items():
-            for k in ks:
-                runs = []
-                for i, prompt in enumerate(prompts):
-                    _, stats = speculative_generate(target, draft, prompt, k, new_tokens, temperature,
-                                                    np.random.default_rng(seed + i))
-                    stats["speedup"] = stats["tokens_per_second"] / plain_tps[i]
-                    runs.append(stats)
-                    bar.update()
-                med = {key: float(np.median([r[key] for r in runs]))
-                       for key in ("tau", "alpha", "speedup", "tokens_per_second", "draft_forward_seconds",
-                                   "verify_forward_seconds")}
-                # c against one plain target step (Leviathan's definition); the verify pass of
-                # k + 1 tokens costs more than one step, and that shows up in measured/predicted
-                c = med["draft_forward_seconds"] / step_s
-                predicted = float(expected_speedup(med["alpha"], k, c))
-                rows.append({"corpus": corpus, "temperature": temperature, "draft": name, "k": k, **med,
-                             "c": c, "verify_cost": med["verify_forward_seconds"] / step_s,
-                             "predicted_speedup": predicted, "measured_over_predicted": med["speedup"] / predicted})
+        for (name, k), runs in sweep.items():
+            for i, stats in enumerate(runs):
+                stats["speedup"] = stats["tokens_per_second"] / plain_tps[i]
+            med = {key: float(np.median([r[key] for r in runs]))
+                   for key in ("tau", "alpha", "speedup", "tokens_per_second", "draft_forward_seconds",
+                               "verify_forward_seconds")}
+            # c against one plain target step (Leviathan's definition); the verify pass of
+            # k + 1 tokens costs more than one step, and that shows up in measured/predicted
+            c = med["draft_forward_seconds"] / step_s
+            predicted = float(expected_speedup(med["alpha"], k, c))
+            rows.append({"corpus": corpus, "temperature": temperature, "draft": name, "k": k, **med,
+                         "c": c, "verify_cost": med["verify_forward_seconds"] / step_s,
+                         "predicted_speedup": predicted, "measured_over_predicted": med["speedup"] / predicted})
     bar.close()
     return rows, plain_rows
 
@@ -136,16 +153,17 @@ def main(argv=None):
     parser.add_argument("what", choices=["decode", "tree"])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=pathlib.Path, default=OUTPUTS)
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
     args = parser.parse_args(argv)
     started = time.time()
     rows, plain_rows = bench_decode(n_prompts=args.prompts, new_tokens=args.new_tokens, device=args.device,
-                                    scale=args.scale)
+                                    scale=args.scale, repeats=args.repeats)
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"machine": machine(), "scale": args.scale, "seconds": round(time.time() - started, 1), "new_tokens": args.new_tokens,
-              "prompts_per_corpus": args.prompts, "plain": plain_rows, "rows": rows, "best": best_rows(rows),
+              "prompts_per_corpus": args.prompts, "repeats": args.repeats, "plain": plain_rows, "rows": rows, "best": best_rows(rows),
               "alpha_mean_over_k": {f"{c} T={t:g}": a for (c, t), a in mean_alpha(rows).items()}}
     stem = "decode" if args.scale == "cpu" else f"decode-{args.scale}"
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
