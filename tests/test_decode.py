@@ -118,3 +118,5 @@ def test_benchmark_table_reports_best_k_and_alpha_per_draft():
     assert [(r["draft"], r["k"]) for r in bench.best_rows(rows)] == [("draft-ce", 1), ("draft-kl", 2)]
     assert bench.mean_alpha(rows) == {("code", 1.0): pytest.approx({"draft-ce": 0.6, "draft-kl": 0.7})}
     assert "code T=1: draft-ce 0.600, draft-kl 0.700" in bench.markdown(rows, [])
+    # the speedup if a round cost only its forwards: the measured verify cost, not Thm 3.8's one step
+    assert bench.forward_bound(rows[3]) == pytest.approx(2.0 / (2 * 0.1 + 1.2))
