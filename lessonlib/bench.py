@@ -37,9 +37,9 @@ def heldout_prompts(corpus: str, n: int, length: int, seed: int = 0) -> list[lis
 
 
 def fastest(run, repeats):
-    """The stats of the fastest of ``repeats`` identical runs (same seed, same tokens): other
-    programs on the machine can only add time, so the minimum is the least disturbed run."""
-    return min((run()[1] for _ in range(repeats)), key=lambda stats: stats["seconds"])
+    """The (tokens, stats) of the fastest of ``repeats`` identical runs (same seed, same tokens):
+    other programs on the machine can only add time, so the minimum is the least disturbed run."""
+    return min((run() for _ in range(repeats)), key=lambda result: result[1]["seconds"])
 
 
 def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(0.0, 1.0), corpora=data.CORPORA,
@@ -61,7 +61,7 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
         out = []
         for i, prompt in enumerate(prompts):
             out.append(fastest(lambda: generate(target, prompt, new_tokens, temperature, np.random.default_rng(seed + i)),
-                               tries))
+                               tries)[1])
             bar.update()
         return out
 
@@ -75,7 +75,7 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
                 sweep[name, k] = []
                 for i, prompt in enumerate(prompts):
                     sweep[name, k].append(fastest(lambda: speculative_generate(
-                        target, draft, prompt, k, new_tokens, temperature, np.random.default_rng(seed + i)), repeats))
+                        target, draft, prompt, k, new_tokens, temperature, np.random.default_rng(seed + i)), repeats)[1])
                     bar.update()
         after = plain_runs(prompts, temperature, repeats // 2) if repeats > 1 else before
         plain = [min(a, b, key=lambda stats: stats["seconds"]) for a, b in zip(before, after)]

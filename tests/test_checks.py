@@ -80,31 +80,21 @@ def _sample(dist, rng):
     return int(rng.choice(len(dist), p=dist))
 
 
-def chain_scalar_q(p_rows, q_rows, draft, rng):
-    """The seed text's bug: subtract the scalar q(x) from the whole of p."""
-    out = []
-    for j, x in enumerate(draft):
-        if rng.random() < p_rows[j][x] / q_rows[j][x]:
-            out.append(int(x))
-        else:
-            r = np.maximum(p_rows[j] - q_rows[j][x], 0)
-            return out + [_sample(_norm(r) if r.sum() > 0 else p_rows[j], rng)]
-    return out + [_sample(p_rows[len(draft)], rng)]
-
-
 def chain_always_accept(p_rows, q_rows, draft, rng):
     return [int(x) for x in draft] + [_sample(p_rows[len(draft)], rng)]
 
 
 def _chain(name, accept_prob, correction, bonus_row=lambda K: K):
-    """A verify_chain with one part swapped out."""
+    """A verify_chain with one part swapped out: ``correction(p, q, x)`` is the law drawn from at
+    a rejection of x; ``bonus_row(K)`` the row of the bonus token (None: no bonus)."""
     def verify(p_rows, q_rows, draft, rng):
         out = []
         for j, x in enumerate(draft):
             if rng.random() >= accept_prob(p_rows[j], q_rows[j], x):
-                return out + [_sample(correction(p_rows[j], q_rows[j]), rng)]
+                return out + [_sample(correction(p_rows[j], q_rows[j], x), rng)]
             out.append(int(x))
-        return out + [_sample(p_rows[bonus_row(len(draft))], rng)]
+        row = bonus_row(len(draft))
+        return out if row is None else out + [_sample(p_rows[row], rng)]
     verify.__name__ = name
     return verify
 
@@ -113,18 +103,21 @@ def ratio(p, q, x):
     return p[x] / q[x]
 
 
-chain_inverted_ratio = _chain("chain_inverted_ratio", lambda p, q, x: q[x] / p[x] if p[x] > 0 else 0.0, sampling.residual)
-chain_correction_from_p = _chain("chain_correction_from_p", ratio, lambda p, q: p)
-chain_bonus_from_wrong_row = _chain("chain_bonus_from_wrong_row", ratio, sampling.residual, bonus_row=lambda K: K - 1)
+def residual(p, q, x):
+    return sampling.residual(p, q)
 
 
-def chain_no_bonus(p_rows, q_rows, draft, rng):
-    out = []
-    for j, x in enumerate(draft):
-        if rng.random() >= p_rows[j][x] / q_rows[j][x]:
-            return out + [_sample(sampling.residual(p_rows[j], q_rows[j]), rng)]
-        out.append(int(x))
-    return out
+def scalar_q_residual(p, q, x):
+    """The seed text's bug: subtract the scalar q(x) from the whole of p."""
+    r = np.maximum(p - q[x], 0)
+    return _norm(r) if r.sum() > 0 else p
+
+
+chain_scalar_q = _chain("chain_scalar_q", ratio, scalar_q_residual)
+chain_inverted_ratio = _chain("chain_inverted_ratio", lambda p, q, x: q[x] / p[x] if p[x] > 0 else 0.0, residual)
+chain_correction_from_p = _chain("chain_correction_from_p", ratio, lambda p, q, x: p)
+chain_bonus_from_wrong_row = _chain("chain_bonus_from_wrong_row", ratio, residual, bonus_row=lambda K: K - 1)
+chain_no_bonus = _chain("chain_no_bonus", ratio, residual, bonus_row=lambda K: None)
 
 
 def chain_keeps_going_after_rejection(p_rows, q_rows, draft, rng):
