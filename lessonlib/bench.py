@@ -1,5 +1,6 @@
 """Benchmarks: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md};
-``python -m lessonlib.bench tree [options]`` runs the tree benchmark (``lessonlib.bench_tree``).
+``python -m lessonlib.bench tree [options]`` runs the tree benchmark (``lessonlib.bench_tree``);
+``python -m lessonlib.bench profile`` profiles what limits the speedup (``lessonlib.bench_profile``).
 
 Everything is measured in one run on one machine: plain decoding and chain speculative
 decoding with each shipped draft, K = 1..8, T in {0, 1}, on held-out code and prose prompts,
@@ -160,8 +161,12 @@ def main(argv=None):
         from . import bench_tree
 
         return bench_tree.main(argv[1:])
+    if argv[:1] == ["profile"]:
+        from . import bench_profile
+
+        return bench_profile.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["decode", "tree"])
+    parser.add_argument("what", choices=["decode", "tree", "profile"])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")

@@ -3,7 +3,8 @@
     python -m lessonlib.bench_tree [--prompts 12] [--new-tokens 96] [--quick]
 
 One run, one machine, batch 1, T = 0, held-out ``code`` prompts. For every prompt all methods
-run back to back (so a load spike hits them alike); the table reports medians over prompts:
+run back to back (so a load spike hits them alike), each timed as the fastest of ``--repeats``
+identical runs like ``lessonlib.bench``; the table reports medians over prompts:
 tau (tokens per target forward), wall-clock speedup over plain decoding of the same prompt,
 the draft cost per round in units of one verify forward, and acceptance by depth. A second
 table times one target forward over n new tokens after a cached prefix: a tree of N nodes
@@ -24,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import data, tree
+from .bench import fastest
 from .decode import generate, speculative_generate
 from .decode_tree import EagleDrafter, MedusaDrafter, ModelDrafter, acceptance_by_depth, tree_generate
 from .heads import load_head
@@ -105,7 +107,7 @@ def verify_cost(target, prefix_len=128, sizes=(1, 2, 4, 5, 6, 8, 12, 16, 24, 32,
     return out
 
 
-def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", directory=CHECKPOINTS):
+def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", directory=CHECKPOINTS, repeats=3):
     target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory)
     eagle, medusa = load_head("eagle", target, directory), load_head("medusa", target, directory)
     drafters = {"draft": lambda: ModelDrafter(draft), "eagle": lambda: EagleDrafter(eagle, target),
@@ -117,14 +119,14 @@ def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", d
     table = methods(quick, ttt)
     results = {name: [] for name in ["plain", *table]}
     for prompt in tqdm(prompts(n_prompts, prompt_len), desc="prompts"):
-        plain, stats = generate(target, prompt, new_tokens)
+        plain, stats = fastest(lambda: generate(target, prompt, new_tokens), repeats)
         results["plain"].append({"seconds_per_token": stats["seconds_per_token"], "tau": 1.0})
         for name, (_, (kind, arg)) in table.items():
             if kind == "chain":
-                out, s = speculative_generate(target, draft, prompt, arg, new_tokens)
+                out, s = fastest(lambda: speculative_generate(target, draft, prompt, arg, new_tokens), repeats)
                 s["accepted_lengths"] = None
             else:
-                out, s = tree_generate(target, drafters[kind](), prompt, new_tokens, rule=arg)
+                out, s = fastest(lambda: tree_generate(target, drafters[kind](), prompt, new_tokens, rule=arg), repeats)
             if out != plain:
                 raise AssertionError(f"{name}: greedy output differs from plain greedy decoding")
             s["speedup"] = stats["seconds_per_token"] / s["seconds_per_token"]
@@ -199,18 +201,19 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--quick", action="store_true", help="fewer settings per family")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")
     args = parser.parse_args(argv)
     started = time.time()
-    target, table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.quick, args.device)
+    target, table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.quick, args.device, repeats=args.repeats)
     rows, best = summarise(table, results)
     cost = verify_cost(target)
     targets = check_targets(rows, best)
     OUT.mkdir(parents=True, exist_ok=True)
     report = {
         "setup": {"temperature": 0.0, "corpus": "code (held-out)", "prompts": args.prompts, "prompt_tokens": args.prompt_len,
-                  "new_tokens": args.new_tokens, "device": args.device, "threads": torch.get_num_threads(),
+                  "new_tokens": args.new_tokens, "repeats": args.repeats, "device": args.device, "threads": torch.get_num_threads(),
                   "machine": platform.machine(), "processor": platform.processor(), "torch": torch.__version__,
-                  "statistic": "median over prompts; speedup = plain s/token / method s/token on the same prompt",
+                  "statistic": "median over prompts of the fastest of `repeats` runs; speedup = plain s/token / method s/token on the same prompt",
                   "seconds": round(time.time() - started, 1)},
         "rows": rows,
         "best_of_family": {k: v["method"] for k, v in best.items()},

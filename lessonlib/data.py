@@ -151,10 +151,20 @@ def to_text(tokens) -> str:
     return tokenizer().decode([int(t) for t in tokens], skip_special_tokens=False)
 
 
-def token_bytes() -> list[bytes]:
-    """The bytes each token id stands for (for drawing tokens and for bits per byte)."""
-    tok = tokenizer()
-    return [to_text([i]).encode("utf-8", errors="surrogateescape") for i in range(tok.get_vocab_size())]
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the vocabulary writes byte b as itself when it is
+    a printable Latin-1 character, otherwise as chr(256 + n) for the n-th byte that is not."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    others = iter(range(256, 512))
+    return {chr(b if b in printable else next(others)): b for b in range(256)}
+
+
+@functools.lru_cache(maxsize=1)
+def token_bytes() -> tuple[bytes, ...]:
+    """The exact bytes each token id stands for (for drawing tokens). Read from the vocabulary,
+    not by decoding one token: a token may hold part of a multi-byte UTF-8 character."""
+    tok, byte_of = tokenizer(), _byte_of_char()
+    return tuple(bytes(byte_of[c] for c in tok.id_to_token(i)) for i in range(tok.get_vocab_size()))
 
 
 def token_array(corpus: str, split: str) -> np.ndarray:

@@ -145,11 +145,11 @@ def speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng,
             drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(rng.random()))))
         pending = [drafts[-1]]
     # one target forward over the unfed committed tokens and all k drafts
-    p_rows = softmax(clock("verify", feed, target, t_cache, seq[t_cache.length :] + drafts, rows=k + 1), temperature)
-    if greedy:
-        emitted = verify_greedy(p_rows, drafts)
+    logits = clock("verify", feed, target, t_cache, seq[t_cache.length :] + drafts, rows=k + 1)
+    if greedy:  # the greedy rule reads only argmaxes: the logits' are the one-hot softmax's
+        emitted = verify_greedy(logits, drafts, validate=False)
     else:
-        emitted = verify_chain(p_rows, np.stack(q_rows), drafts, rng, validate=False)
+        emitted = verify_chain(softmax(logits, temperature), np.stack(q_rows), drafts, rng, validate=False)
     seq += emitted
     # the caches keep the committed tokens minus the last one (fed next round)
     t_cache.truncate(len(seq) - 1)

@@ -36,79 +36,108 @@ def _log_probs(logits) -> np.ndarray:
     return F.log_softmax(logits.double(), -1).cpu().numpy()
 
 
-def _tree_inputs(parents, tokens, nodes):
-    """The nodes that must be fed to score ``nodes`` (the ancestor closure, index order), the
-    closure's own parents array, and where each requested node sits in it."""
-    closure = tree.ancestor_closure(parents, nodes)
-    return closure, tree.subtree(parents, closure), np.searchsorted(closure, nodes)
+class TreeDrafter:
+    """What the model-based drafters share: their cache holds the committed sequence, then the
+    tree nodes fed so far this round (``fed``, in cache order).
 
-
-class ModelDrafter:
-    """A small GPT drafting with its own KV cache, which holds the committed sequence.
-
-    Each ``expand`` feeds the requested nodes' ancestor closure after the cache with the tree
-    mask and then truncates it, so the cache never keeps a speculative token.
+    Drafting rules grow one tree between commits, so each ``expand`` feeds only the nodes its
+    cache lacks -- each node once per round, not its whole ancestor chain at every depth --
+    with a mask over [fed nodes, new nodes]. A call with a different tree (another caller)
+    drops the fed nodes first, so any sequence of calls gets the right rows.
+    Subclasses implement ``_feed(parents, tokens, new, mask, depth)`` -> log-prob rows of
+    ``new`` (nodes of one depth whose parents are fed; ``mask`` over [fed, new]).
     """
 
-    def __init__(self, model):
-        self.model, self.cache = model, model.new_cache()
-        self.seq, self.root = [], None
+    def _start_round(self, root_logq):
+        self.committed = self.cache.length
+        self.fed = np.zeros(0, dtype=np.int64)
+        self.fed_tree = (self.fed, self.fed)  # (parents, tokens) of the fed nodes, to spot a new tree
+        self.logq = root_logq[None]  # row 0: after the committed sequence; row 1 + i: after fed[i]
 
-    def commit(self, seq, features=None):
-        self.seq, self.root = list(seq), None
-        self.cache.truncate(min(self.cache.length, len(seq)))
-
-    def _device_tensor(self, values):
-        return torch.as_tensor(np.asarray(values), dtype=torch.long, device=self.model.device)
+    def _forget_tree(self):
+        self.cache.truncate(self.committed)
+        self.logq = self.logq[:1]
+        self.fed = np.zeros(0, dtype=np.int64)
+        self.fed_tree = (self.fed, self.fed)
 
     def expand(self, parents, tokens, nodes):
-        nodes = np.asarray(nodes)
-        if self.root is None:  # feed the committed tokens the cache lacks; the last row is the root's
-            logits = self.model(self._device_tensor(self.seq[self.cache.length :])[None], cache=self.cache)
-            self.root = _log_probs(logits[0, -1])
-        out = np.empty((len(nodes), self.model.config.vocab_size))
-        out[nodes < 0] = self.root
-        if (nodes >= 0).any():
-            closure, sub, where = _tree_inputs(parents, tokens, nodes[nodes >= 0])
-            start = self.cache.length
-            logits = self.model(self._device_tensor(tokens[closure])[None],
-                                positions=self._device_tensor(tree.tree_position_ids(sub, start)),
-                                mask=torch.from_numpy(tree.tree_attention_mask(sub)), cache=self.cache)
-            self.cache.truncate(start)
-            out[nodes >= 0] = _log_probs(logits[0, where])
-        return out
+        parents, tokens, nodes = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64), np.asarray(nodes)
+        if len(self.fed) and (self.fed.max() >= len(parents) or not (np.array_equal(parents[self.fed], self.fed_tree[0])
+                                                                      and np.array_equal(tokens[self.fed], self.fed_tree[1]))):
+            self._forget_tree()
+        fed = np.zeros(len(parents), dtype=bool)
+        fed[self.fed] = True
+        need, up = np.zeros(len(parents), dtype=bool), nodes[nodes >= 0]
+        while up.size:  # the nodes and their ancestors the cache lacks (a rule growing the tree: the nodes)
+            up = up[~fed[up] & ~need[up]]
+            need[up] = True
+            up = parents[up]
+            up = up[up >= 0]
+        new = np.flatnonzero(need)
+        if len(new):
+            mask = tree.tree_attention_mask(parents)
+            depth = mask.sum(1) - 1
+            for d in np.unique(depth[new]):  # one feed per depth: an EAGLE node's input is its parent's output
+                group = new[depth[new] == d]
+                cols = np.concatenate([self.fed, group])
+                self.logq = np.concatenate([self.logq, self._feed(parents, tokens, group, mask[np.ix_(group, cols)], depth[group])])
+                self.fed = cols
+            self.fed_tree = (parents[self.fed], tokens[self.fed])
+        return self.logq[self._rows(len(parents))[nodes]]
+
+    def _rows(self, n_nodes):
+        """node -> its row of ``logq`` (and of the EAGLE head's g); index -1 (the context) -> 0."""
+        row = np.zeros(n_nodes + 1, dtype=np.int64)
+        row[self.fed] = np.arange(1, len(self.fed) + 1)
+        return row
 
 
-class EagleDrafter:
+class ModelDrafter(TreeDrafter):
+    """A small GPT drafting with its own KV cache; tree nodes sit at ``committed + depth``."""
+
+    def __init__(self, model):
+        self.model, self.cache, self.committed = model, model.new_cache(), 0
+
+    def commit(self, seq, features=None):
+        """Drop last round's tree and feed the committed tokens the cache lacks (at least the
+        last one: its logits are the root's row)."""
+        self.cache.truncate(min(self.committed, len(seq) - 1))
+        idx = torch.as_tensor(seq[self.cache.length :], dtype=torch.long, device=self.model.device)
+        self._start_round(_log_probs(self.model(idx[None], cache=self.cache)[0, -1]))
+
+    def _feed(self, parents, tokens, new, mask, depth):
+        idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.model.device)
+        positions = torch.as_tensor(self.committed + depth, device=self.model.device)
+        return _log_probs(self.model(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=self.cache)[0])
+
+
+class EagleDrafter(TreeDrafter):
     """The EAGLE head: committed positions use the target's true features; a tree node uses
-    the head's own output g at its parent. The head's cache holds committed positions only."""
+    the head's own output g at its parent (the root's g for depth 0)."""
 
     def __init__(self, head, target):
-        self.head, self.target, self.cache = head, target, head.new_cache()
+        self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
 
     def commit(self, seq, features):
         """``features``: the target's hidden states at the last ``n`` committed positions but
         the final one; each pairs with the token after it."""
+        self.cache.truncate(self.committed)
         n = len(features)
         tokens = torch.as_tensor(seq[len(seq) - n :], dtype=torch.long, device=self.head.device)
         g = self.head(self.target, tokens[None], features[None], cache=self.cache)[0]
-        self.root, self.g = _log_probs(self.target.lm_head(g[-1])), {-1: g[-1]}
+        self.g = g[-1:]  # row 0: the root's g; row 1 + i: fed[i]'s, like self.logq
+        self._start_round(_log_probs(self.target.lm_head(g[-1])))
 
-    def expand(self, parents, tokens, nodes):
-        nodes = np.asarray(nodes)
-        out = np.empty((len(nodes), self.target.config.vocab_size))
-        out[nodes < 0] = self.root
-        if (nodes >= 0).any():
-            closure, sub, where = _tree_inputs(parents, tokens, nodes[nodes >= 0])
-            feats = torch.stack([self.g[int(parents[c])] for c in closure])  # each parent was fed before
-            idx = torch.as_tensor(tokens[closure], dtype=torch.long, device=self.head.device)
-            start = self.cache.length
-            g = self.head(self.target, idx[None], feats[None], mask=torch.from_numpy(tree.tree_attention_mask(sub)),
-                          cache=self.cache)[0]
-            self.cache.truncate(start)
-            self.g.update({int(c): g[i] for i, c in enumerate(closure)})
-            out[nodes >= 0] = _log_probs(self.target.lm_head(g[where]))
-        return out
+    def _forget_tree(self):
+        super()._forget_tree()
+        self.g = self.g[:1]
+
+    def _feed(self, parents, tokens, new, mask, depth):
+        feats = self.g[torch.from_numpy(self._rows(len(parents))[parents[new]])]  # each parent was fed before
+        idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.head.device)
+        g = self.head(self.target, idx[None], feats[None], mask=torch.from_numpy(mask), cache=self.cache)[0]
+        self.g = torch.cat([self.g, g])
+        return _log_probs(self.target.lm_head(g))
 
 
 class MedusaDrafter:

@@ -56,7 +56,8 @@ class EagleHead(nn.Module):
         (B, T, C); the caller applies ``target.lm_head`` only where it needs logits.
 
         mask: (T, T) bool among the new positions (a tree mask), default causal; with a
-        ``cache`` every new position also sees the whole cached prefix (batch 1).
+        ``cache`` every new position also sees the whole cached prefix (batch 1). A (T, S)
+        mask also covers the newest S - T cached positions (``models.prefix_mask``).
         No position embedding: the target's features already carry position.
         """
         B, T = tokens.shape

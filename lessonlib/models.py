@@ -63,9 +63,12 @@ class KVCache:
         Used after tree verification: the accepted nodes' keys/values move down to sit right
         after the committed prefix, so the cache equals a fresh prefill of the accepted tokens.
         """
-        idx = torch.as_tensor(list(indices), dtype=torch.long, device=self.kv.device) + start
-        if len(idx) and (int(idx.min()) < start or int(idx.max()) >= self.length):
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(indices) and (indices.min() < 0 or start + indices.max() >= self.length):
             raise ValueError(f"indices must address cached positions in [{start}, {self.length})")
+        if np.array_equal(indices, np.arange(len(indices))):  # a prefix (every chain): nothing moves
+            return self.truncate(start + len(indices))
+        idx = torch.as_tensor(indices, device=self.kv.device) + start
         self.kv[:, :, :, start : start + len(idx)] = self.kv[:, :, :, idx]
         self.length = start + len(idx)
 
@@ -117,13 +120,18 @@ def can_pack(model: nn.Module) -> bool:
 
 
 def prefix_mask(mask, start, T, device, dtype=torch.float32):
-    """(T, start + T) additive attention mask (0 = may attend, -inf = may not): every new token
-    sees the whole cached prefix, then ``mask`` ((T, T) bool, default causal) among the new ones.
+    """(T, start + T) additive attention mask (0 = may attend, -inf = may not) for T new tokens
+    after ``start`` cached ones.
 
-    Additive rather than bool: a bool mask is converted to this inside every attention call.
+    ``mask`` is bool (T, S) over the last S positions (the newest S - T cached ones, then the
+    new ones; default (T, T) causal): a tree drafted in several feeds keeps its earlier nodes
+    in the cache. Every older cached position is always visible. Additive rather than bool: a
+    bool mask is converted to this inside every attention call.
     """
     local = mask.to(device) if mask is not None else torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    allowed = torch.cat([torch.ones(T, start, dtype=torch.bool, device=device), local], 1)
+    if local.ndim != 2 or local.shape[0] != T or not T <= local.shape[1] <= start + T:
+        raise ValueError(f"mask must be bool (T, S) with T = {T} new tokens and {T} <= S <= {start + T}, got {tuple(local.shape)}")
+    allowed = torch.cat([torch.ones(T, start + T - local.shape[1], dtype=torch.bool, device=device), local], 1)
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
 
 
@@ -216,6 +224,7 @@ class GPT(nn.Module):
         positions: (T,) position ids; default ``cache.length + arange(T)``.
         mask: (T, T) bool, ``mask[i, j]`` true iff new token i may see new token j (a tree
               mask); every new token always sees the whole cached prefix. Default causal.
+              (T, S) with S > T also covers the newest S - T cached positions (``prefix_mask``).
         cache: when given, the new tokens' keys/values are appended to it (batch 1).
         return_hidden: also return the last block's output before ``ln_f`` (B, T, C).
         """

@@ -55,14 +55,20 @@ def verify_chain(p_rows, q_rows, draft_tokens, rng: np.random.Generator, validat
     return tokens[0, : n_acc[0] + 1].tolist()
 
 
-def verify_greedy(p_rows, draft_tokens) -> list[int]:
+def verify_greedy(p_rows, draft_tokens, validate=True) -> list[int]:
     """The T = 0 rule: accept draft j while argmax p_j == x_j; emit argmax p_j at the first
-    mismatch, or the bonus argmax p_K when all K match. ``p_rows``: (K+1, V)."""
-    p = check_probs(p_rows, "p_rows", ndim=(2,))
-    K = p.shape[0] - 1
-    if K < 1:
-        raise ValueError("p_rows must hold K + 1 >= 2 rows")
-    d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
+    mismatch, or the bonus argmax p_K when all K match. ``p_rows``: (K+1, V).
+    ``validate=False`` skips the input checks, for decoding loops: only each row's argmax is
+    read, so the target's logits give the same tokens as their softmax (no softmax needed)."""
+    if validate:
+        p = check_probs(p_rows, "p_rows", ndim=(2,))
+        K = p.shape[0] - 1
+        if K < 1:
+            raise ValueError("p_rows must hold K + 1 >= 2 rows")
+        d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
+    else:
+        p, d = p_rows, np.asarray(draft_tokens, dtype=np.int64)
+        K = len(d)
     best = p.argmax(axis=-1)
     n = int(np.cumprod(best[:K] == d).sum())
     return d[:n].tolist() + [int(best[n])]

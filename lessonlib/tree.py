@@ -169,6 +169,8 @@ def _top(rows, k):
     """
     rows = np.asarray(rows)
     k = min(int(k), rows.shape[1])
+    if k == 1:  # argmax already returns the first (lowest) index among ties
+        return rows.argmax(1)[:, None]
     if 4 * k >= rows.shape[1]:
         return np.argsort(-rows, axis=1, kind="stable")[:, :k]
     part = np.argpartition(-rows, k - 1, axis=1)[:, :k]
@@ -180,19 +182,23 @@ def _top(rows, k):
 
 @functools.lru_cache(maxsize=64)
 def _static_structure(choices):
-    """(parents, ranks, depth) of a static tree, cached: drafting reuses it every round."""
+    """(parents, ranks, levels) of a static tree, cached: drafting reuses it every round.
+    levels[d] = (nodes at depth d, their distinct parents, each node's row among those)."""
     parents, ranks = tree_from_choices(choices)
-    return parents, ranks, tree_depth(parents)
+    depth = tree_depth(parents)
+    levels = []
+    for d in range(int(depth.max()) + 1):
+        level = np.flatnonzero(depth == d)
+        levels.append((level, *np.unique(parents[level], return_inverse=True)))
+    return parents, ranks, levels
 
 
 def draft_static(expand, choices):
     """Static tree: node with rank r is its parent's r-th most likely draft token."""
-    parents, ranks, depth = _static_structure(tuple(tuple(int(r) for r in c) for c in choices))
+    parents, ranks, levels = _static_structure(tuple(tuple(int(r) for r in c) for c in choices))
     tokens = np.full(len(parents), -1, dtype=np.int64)
     score = np.zeros(len(parents))
-    for d in range(int(depth.max()) + 1):
-        level = np.flatnonzero(depth == d)  # nodes sorted by depth: 0..level[0]-1 are drafted
-        frontier, row = np.unique(parents[level], return_inverse=True)
+    for level, frontier, row in levels:  # nodes sorted by depth: 0..level[0]-1 are drafted
         logq = expand(parents[: level[0]], tokens[: level[0]], frontier)
         top = _top(logq, int(ranks[level].max()) + 1)
         tokens[level] = top[row, ranks[level]]

@@ -120,3 +120,17 @@ def test_benchmark_table_reports_best_k_and_alpha_per_draft():
     assert "code T=1: draft-ce 0.600, draft-kl 0.700" in bench.markdown(rows, [])
     # the speedup if a round cost only its forwards: the measured verify cost, not Thm 3.8's one step
     assert bench.forward_bound(rows[3]) == pytest.approx(2.0 / (2 * 0.1 + 1.2))
+
+
+def test_alpha_needed_inverts_the_forward_bound():
+    """The profile's 'alpha for 1.6x': at that alpha E(alpha, K) / (K c + verify cost) equals
+    the speedup; a little less alpha falls short; beyond (K + 1) / cost it is unreachable."""
+    from lessonlib.bench_profile import alpha_needed
+    from lessonlib.theory import expected_tokens_per_verify
+
+    k, c, verify = 3, 0.13, 1.24
+    alpha = alpha_needed(1.6, k, c, verify)
+    assert expected_tokens_per_verify(alpha, k) / (k * c + verify) == pytest.approx(1.6, abs=1e-9)
+    assert expected_tokens_per_verify(alpha - 0.01, k) / (k * c + verify) < 1.6
+    assert alpha_needed((k + 1) / (k * c + verify) + 0.01, k, c, verify) == float("inf")
+    assert alpha_needed(1.0 / (k * c + verify), k, c, verify) == pytest.approx(0.0, abs=1e-9)

@@ -101,6 +101,46 @@ def drafters(target):
     }
 
 
+@torch.inference_mode()
+def test_drafter_rows_do_not_depend_on_how_the_tree_was_fed():
+    """A drafter's cache keeps the nodes fed this round. Its rows must not depend on the call
+    order: depth by depth (as the rules call it), all nodes in one call (ancestors fed on the
+    way), or after a call on a different tree (stale nodes must be dropped). For the small
+    GPT the rows must also equal a plain forward over prompt + the node's path (float64)."""
+    target = tiny(2, sharpen=3.0)
+    prompt = [1, 5, 9, 13, 2]
+    parents, tokens = lesson_tree()
+    depth = tree.tree_depth(parents)
+    every = np.arange(-1, len(parents))
+    other = tokens.copy()
+    other[[0, 3]] = [11, 12]  # same shape, other tokens: cached keys/values would be wrong
+    features = target(torch.tensor([prompt[:-1]]), return_hidden=True)[1][0]
+    rows = {}
+    for how in ("by depth", "at once", "after another tree"):
+        for name, drafter in drafters(target).items():  # fresh drafters (same weights) for each way
+            if name == "medusa":
+                continue
+            drafter.commit(prompt, features)
+            if how == "by depth":
+                got = np.concatenate([drafter.expand(parents[:0], tokens[:0], [-1])] + [
+                    drafter.expand(parents[depth < d], tokens[depth < d], np.flatnonzero(depth == d - 1))
+                    for d in range(1, depth.max() + 2)])
+            else:
+                if how == "after another tree":
+                    drafter.expand(parents, other, np.arange(len(parents)))
+                got = drafter.expand(parents, tokens, every)
+            rows[how, name] = got
+    for name in ("self", "draft", "eagle"):
+        np.testing.assert_allclose(rows["at once", name], rows["by depth", name], atol=1e-10, rtol=0, err_msg=name)
+        np.testing.assert_allclose(rows["after another tree", name], rows["by depth", name], atol=1e-10, rtol=0, err_msg=name)
+    for name, drafter in drafters(target).items():
+        if name in ("self", "draft"):
+            for node in every:
+                path = [] if node < 0 else tokens[tree.ancestor_closure(parents, [node])].tolist()
+                plain = torch.log_softmax(drafter.model(torch.tensor([prompt + path]))[0, -1], -1).numpy()
+                np.testing.assert_allclose(rows["at once", name][node + 1], plain, atol=1e-9, rtol=0)
+
+
 @pytest.mark.parametrize("rule", RULES)
 def test_greedy_tree_decoding_equals_greedy_decoding(rule):
     target = tiny(2, sharpen=30.0)

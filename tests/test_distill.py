@@ -168,6 +168,17 @@ def test_alpha_strip_html():
         distill.alpha_strip_html(tokens, alpha[:-1])
 
 
+def test_token_bytes_are_exact_even_inside_a_multibyte_character():
+    """Joining the tokens' bytes gives the text's UTF-8 bytes exactly, also where a token holds
+    part of a character. Negative control: decoding each token alone, the old way, loses those
+    bytes (the tokenizer prints U+FFFD for an incomplete character)."""
+    text = "naïve café — 日本語 😀 «ok»\n" + data.text("prose", "heldout")[:2000]
+    tokens = data.to_tokens(text)
+    assert b"".join(data.token_bytes()[t] for t in tokens) == text.encode()
+    one_by_one = b"".join(data.to_text([t]).encode() for t in tokens)
+    assert one_by_one != text.encode()
+
+
 def test_token_classes():
     assert [distill.token_class(t) for t in ("    ", " return", " foo_bar", "42", "):", " 3rd")] == [
         "whitespace", "keyword", "identifier", "number", "punctuation", "other"]

@@ -90,6 +90,23 @@ def test_verify_greedy():
     assert verify_greedy(p, [0, 0]) == [1]
 
 
+def test_verify_greedy_on_logits_equals_on_probabilities():
+    """The decoding loop hands the unchecked rule raw logits: only argmaxes matter, so the
+    result must equal the checked rule on their one-hot softmax, ties included (the first
+    maximum wins in both). Negative control: argmin rows give other tokens."""
+    rng = np.random.default_rng(11)
+    differ = 0
+    for _ in range(300):
+        z = np.round(rng.normal(size=(4, 6)), 0)  # coarse: many tied maxima
+        drafts = [int(t) for t in rng.integers(0, 6, 3)]
+        if rng.random() < 0.5:  # often draft the target's own argmax, so long prefixes are accepted
+            drafts = [int(t) for t in z[:3].argmax(1)]
+        expected = verify_greedy(softmax(z, 0.0), drafts)
+        assert verify_greedy(z, drafts, validate=False) == expected
+        differ += verify_greedy(-z, drafts, validate=False) != expected
+    assert differ > 100
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.05, 0.3, 0.75, 0.999, 1.0])
 def test_draft_with_alpha_hits_alpha(alpha):
     rng = np.random.default_rng(4)

@@ -1,0 +1,201 @@
+"""What limits speculative decoding on this machine: ``python -m lessonlib.bench profile``.
+
+One run on held-out ``code`` prompts at T = 0, writing ``outputs/benchmarks/profile.{json,md}``:
+
+1. **Forward costs.** Each forward timed warm (the same call repeated, so its weights stay in
+   the CPU caches) and inside the decoding loop, where every model runs right after another
+   one has streamed its own weights through the caches.
+2. **Operators.** ``torch.profiler`` over whole decodes: how many operators Python dispatches
+   per target step, per draft step and per round, the mean time of one, and the share of the
+   wall time spent inside operators at all (the rest is Python: sampling, the accept rule,
+   tree bookkeeping).
+3. **Ceilings.** From the measured alpha, c and verify cost of every K: the speedup a round
+   would reach if it cost only its forwards, the best measured / predicted ratio that allows,
+   and the alpha a 1.6x speedup would need at the measured costs.
+
+Chain decoding with ``draft-kl`` (K = 1..6) and EAGLE trees are profiled side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from . import tree
+from .bench import OUTPUTS, fastest, heldout_prompts
+from .decode import generate, speculative_generate
+from .decode_tree import EagleDrafter, tree_generate
+from .heads import load_head
+from .models import CHECKPOINTS, load
+from .theory import expected_speedup, expected_tokens_per_verify
+
+EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
+TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}
+
+
+def warm_seconds(fn, reps=200):
+    """Median seconds of ``fn()`` called ``reps`` times in a row (after 20 untimed calls)."""
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+@torch.inference_mode()
+def warm_forwards(target, draft, eagle, prefix_len=100, k=3):
+    """Warm cost of each forward the decoders make, after ``prefix_len`` cached tokens."""
+    idx = torch.randint(0, target.config.vocab_size, (1, prefix_len))
+    t_cache, d_cache, e_cache = target.new_cache(), draft.new_cache(), eagle.new_cache()
+    hidden = target(idx, cache=t_cache, return_hidden=True)[1]
+    draft(idx, cache=d_cache)
+    eagle(target, idx, hidden, cache=e_cache)
+
+    def step(model, cache, n, **kwargs):
+        model(idx[:, :n], cache=cache, **kwargs) if model is not eagle else target.lm_head(eagle(target, idx[:, :n], hidden[:, :n], cache=cache))
+        cache.truncate(prefix_len)
+
+    return {
+        "target step (1 token)": warm_seconds(lambda: step(target, t_cache, 1)),
+        f"target verify ({k + 1} tokens)": warm_seconds(lambda: step(target, t_cache, k + 1)),
+        "draft-kl step (1 token)": warm_seconds(lambda: step(draft, d_cache, 1)),
+        EAGLE_CALL: warm_seconds(lambda: step(eagle, e_cache, 1)),
+    }
+
+
+def operator_profile(run):
+    """Run a decoder ``run() -> (tokens, stats)`` under torch.profiler: the top-level operators
+    (those Python dispatched), their inclusive time, and the wall time, per target forward."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        result = run()
+        wall = time.perf_counter() - start
+    events = [e for e in prof.events() if e.name.startswith(("aten::", "mkldnn::")) and e.cpu_parent is None]
+    op_seconds = sum(e.cpu_time_total for e in events) / 1e6  # inclusive time of top-level ops
+    rounds = result[1]["target_calls"]
+    return {"rounds": rounds, "ops_per_round": len(events) / rounds, "op_seconds_per_round": op_seconds / rounds,
+            "wall_seconds_per_round_profiled": wall / rounds, "us_per_op": 1e6 * op_seconds / len(events),
+            "share_in_operators": op_seconds / wall}
+
+
+def alpha_needed(speedup, k, c, verify_cost):
+    """Least alpha with E(alpha, k) / (k c + verify cost) >= ``speedup`` (a round costing only
+    its forwards), by bisection; inf when even alpha = 1 falls short."""
+    cost = k * c + verify_cost
+    if (k + 1) / cost < speedup:
+        return float("inf")
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens_per_verify(mid, k) / cost < speedup else (lo, mid)
+    return hi
+
+
+def median(runs, key):
+    return float(np.median([r[key] for r in runs]))
+
+
+def run(n_prompts=5, prompt_len=64, new_tokens=128, repeats=3, ks=range(1, 7), directory=CHECKPOINTS):
+    target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
+    eagle = load_head("eagle", target, directory)
+    prompts = heldout_prompts("code", n_prompts, prompt_len)
+    generate(target, prompts[0], 8)  # warm-up: first calls allocate
+    plain = [fastest(lambda: generate(target, p, new_tokens), repeats)[1] for p in prompts]
+    step_s = median(plain, "target_forward_seconds")
+    chain = []
+    for k in ks:
+        runs = [fastest(lambda: speculative_generate(target, draft, p, k, new_tokens), repeats)[1] for p in prompts]
+        for r, base in zip(runs, plain):
+            r["speedup"] = base["seconds"] / r["seconds"]
+        alpha, c = median(runs, "alpha"), median(runs, "draft_forward_seconds") / step_s
+        verify_cost = median(runs, "verify_forward_seconds") / step_s
+        rounds = np.array([r["target_calls"] for r in runs])
+        row = {"k": k, "tau": median(runs, "tau"), "alpha": alpha, "c": c, "verify_cost": verify_cost,
+               "speedup": median(runs, "speedup"), "predicted": float(expected_speedup(alpha, k, c)),
+               "overhead_ms_per_round": 1e3 * float(np.median([r["overhead_seconds"] for r in runs] / rounds))}
+        row["forward_bound"] = row["tau"] / (k * c + verify_cost)
+        row["ratio_ceiling"] = row["forward_bound"] / row["predicted"]  # measured / predicted at zero loop overhead
+        row["alpha_for_1.6x"] = alpha_needed(1.6, k, c, verify_cost)
+        chain.append(row)
+    trees = {}
+    for name, branching in TREES.items():
+        rule = functools.partial(tree.draft_topk, branching=branching)
+        runs = [fastest(lambda: tree_generate(target, EagleDrafter(eagle, target), p, new_tokens, rule=rule), repeats)[1]
+                for p in prompts]
+        trees[name] = {"tau": median(runs, "tau"),
+                       "speedup": float(np.median([b["seconds"] / r["seconds"] for r, b in zip(runs, plain)])),
+                       "draft_ms_per_round": 1e3 * median(runs, "draft_seconds_per_round"),
+                       "verify_ms_per_round": 1e3 * median(runs, "verify_forward_seconds"),
+                       "head_calls_per_round": len(branching)}
+    best = max(chain, key=lambda r: r["speedup"])
+    best_tree = max(trees, key=lambda n: trees[n]["speedup"])
+    profiles = {
+        "plain": operator_profile(lambda: generate(target, prompts[0], new_tokens)),
+        f"chain draft-kl K={best['k']}": operator_profile(
+            lambda: speculative_generate(target, draft, prompts[0], best["k"], new_tokens)),
+        best_tree: operator_profile(lambda: tree_generate(target, EagleDrafter(eagle, target), prompts[0], new_tokens,
+                                                          rule=functools.partial(tree.draft_topk, branching=TREES[best_tree]))),
+    }
+    in_loop = {"target step (1 token)": step_s,
+               f"target verify ({best['k'] + 1} tokens)": best["verify_cost"] * step_s,
+               "draft-kl step (1 token)": best["c"] * step_s,
+               EAGLE_CALL: trees["EAGLE chain K=4"]["draft_ms_per_round"] / 4e3}
+    return {"warm_seconds": warm_forwards(target, draft, eagle, k=best["k"]), "in_loop_seconds": in_loop,
+            "chain": chain, "best_k": best["k"], "trees": trees, "operators": profiles}
+
+
+def markdown(report) -> str:
+    lines = ["| forward | warm (ms) | in the decoding loop (ms) | loop / warm |", "|---|---|---|---|"]
+    for name, warm in report["warm_seconds"].items():
+        loop = report["in_loop_seconds"][name]
+        lines.append(f"| {name} | {1e3 * warm:.3f} | {1e3 * loop:.3f} | {loop / warm:.2f} |")
+    lines += ["", "| run (under torch.profiler) | operators per round | µs per operator | ms in operators per round "
+              "| share of wall time in operators |", "|---|---|---|---|---|"]
+    for name, p in report["operators"].items():
+        lines.append(f"| {name} | {p['ops_per_round']:.0f} | {p['us_per_op']:.1f} | {1e3 * p['op_seconds_per_round']:.2f} "
+                     f"| {p['share_in_operators']:.2f} |")
+    lines += ["", "| K | tau | alpha | c | verify cost | loop overhead (ms/round) | predicted | forward-bound | measured "
+              "| measured / predicted | ceiling of measured / predicted | alpha for 1.6x |", "|" + "---|" * 12]
+    for r in report["chain"]:
+        lines.append(f"| {r['k']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['c']:.3f} | {r['verify_cost']:.2f} | "
+                     f"{r['overhead_ms_per_round']:.2f} | {r['predicted']:.2f}x | {r['forward_bound']:.2f}x | "
+                     f"{r['speedup']:.2f}x | {r['speedup'] / r['predicted']:.2f} | {r['ratio_ceiling']:.2f} | "
+                     f"{r['alpha_for_1.6x']:.3f} |")
+    lines += ["", "| EAGLE (T = 0) | tau | speedup | drafting ms / round | verify ms / round |", "|---|---|---|---|---|"]
+    for name, t in report["trees"].items():
+        lines.append(f"| {name} | {t['tau']:.2f} | {t['speedup']:.2f}x | {t['draft_ms_per_round']:.2f} | {t['verify_ms_per_round']:.2f} |")
+    lines += ["", "c and verify cost in plain target steps measured in the loop; predicted = E(alpha, K) / (K c + 1) "
+              "(verify priced as one step); forward-bound = tau / (K c + verify cost); ceiling of measured / predicted = "
+              "forward-bound / predicted (what a loop with no overhead at all would score); alpha for 1.6x = the alpha "
+              "at which E(alpha, K) / (K c + verify cost) = 1.6 at these costs."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")
+    args = parser.parse_args(argv)
+    started = time.time()
+    report = run(args.prompts, new_tokens=args.new_tokens, repeats=args.repeats)
+    report["setup"] = {"corpus": "code (held-out)", "temperature": 0.0, "prompts": args.prompts, "new_tokens": args.new_tokens,
+                       "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
+                       "seconds": round(time.time() - started, 1)}
+    OUTPUTS.mkdir(parents=True, exist_ok=True)
+    (OUTPUTS / "profile.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    md = markdown(report)
+    (OUTPUTS / "profile.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
