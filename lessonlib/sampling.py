@@ -57,15 +57,18 @@ def softmax(logits, temperature: float = 1.0) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64)
     if z.ndim == 0 or z.shape[-1] == 0:
         raise ValueError(f"logits must have a non-empty last axis, got shape {z.shape}")
-    if np.isnan(z).any() or np.isposinf(z).any():
+    # one pass checks everything: a row's max is NaN if it holds a NaN, +inf if it holds a +inf
+    # (and no NaN), -inf if every entry is -inf
+    top = z.max(axis=-1, keepdims=True)
+    if np.isnan(top).any() or np.isposinf(top).any():
         raise ValueError("logits must not contain NaN or +inf")
-    if np.isneginf(z.max(axis=-1)).any():
+    if np.isneginf(top).any():
         raise ValueError("logits: every row needs at least one finite entry")
     if temperature <= GREEDY_TEMPERATURE:
         one_hot = np.zeros_like(z)  # not np.eye(V)[...]: that builds a V x V matrix per call
         np.put_along_axis(one_hot, np.argmax(z, axis=-1)[..., None], 1.0, axis=-1)
         return one_hot
-    e = np.exp((z - z.max(axis=-1, keepdims=True)) / temperature)
+    e = np.exp((z - top) / temperature)
     return e / e.sum(axis=-1, keepdims=True)
 
 

@@ -22,6 +22,8 @@ CASES = {
     "softmax negative temperature": (lambda: L.softmax([1.0, 2.0], -0.1), "temperature"),
     "softmax NaN logits": (lambda: L.softmax([np.nan, 1.0]), "logits"),
     "softmax +inf logits": (lambda: L.softmax([np.inf, 1.0]), "logits"),
+    "softmax NaN behind a larger logit": (lambda: L.softmax([[1.0, 2.0], [3.0, np.nan]]), "logits"),
+    "softmax NaN and +inf": (lambda: L.softmax([np.inf, np.nan, -np.inf]), "logits"),
     "softmax all -inf row": (lambda: L.softmax([-np.inf, -np.inf]), "logits"),
     "softmax empty": (lambda: L.softmax([]), "logits"),
     "residual negative p": (lambda: L.residual([1.2, -0.2], [0.5, 0.5]), "p must be non-negative"),
