@@ -60,10 +60,15 @@ class TreeDrafter:
         self.fed = np.zeros(0, dtype=np.int64)
         self.fed_tree = (self.fed, self.fed)
 
+    def _fed_nodes_belong_to(self, parents, tokens) -> bool:
+        """Whether every fed node is a node of this tree (same index, parent and token)."""
+        return not len(self.fed) or (self.fed.max() < len(parents) and np.array_equal(parents[self.fed], self.fed_tree[0])
+                                     and np.array_equal(tokens[self.fed], self.fed_tree[1]))
+
     def expand(self, parents, tokens, nodes):
+        """(len(nodes), V) draft log-probs after each node of ``nodes`` (-1: after the committed sequence)."""
         parents, tokens, nodes = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64), np.asarray(nodes)
-        if len(self.fed) and (self.fed.max() >= len(parents) or not (np.array_equal(parents[self.fed], self.fed_tree[0])
-                                                                      and np.array_equal(tokens[self.fed], self.fed_tree[1]))):
+        if not self._fed_nodes_belong_to(parents, tokens):
             self._forget_tree()
         fed = np.zeros(len(parents), dtype=bool)
         fed[self.fed] = True
