@@ -82,15 +82,17 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
         plain = [min(a, b, key=lambda stats: stats["seconds"]) for a, b in zip(before, after)]
         plain_tps = np.array([s["tokens_per_second"] for s in plain])
         plain_rows.append({"corpus": corpus, "temperature": temperature,
+                           "prompt_seconds": [s["seconds"] for s in plain],
                            "tokens_per_second": float(np.median(plain_tps)),
                            "target_forward_seconds": float(np.median([s["target_forward_seconds"] for s in plain]))})
         step_s = plain_rows[-1]["target_forward_seconds"]
         for (name, k), runs in sweep.items():
             for i, stats in enumerate(runs):
                 stats["speedup"] = stats["tokens_per_second"] / plain_tps[i]
+                stats["overhead_seconds_per_round"] = stats["overhead_seconds"] / stats["target_calls"]
             med = {key: float(np.median([r[key] for r in runs]))
                    for key in ("tau", "alpha", "speedup", "tokens_per_second", "draft_forward_seconds",
-                               "verify_forward_seconds")}
+                               "verify_forward_seconds", "overhead_seconds_per_round")}
             # c against one plain target step (Leviathan's definition); the verify pass of
             # k + 1 tokens costs more than one step, and that shows up in measured/predicted
             c = med["draft_forward_seconds"] / step_s

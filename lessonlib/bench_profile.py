@@ -27,12 +27,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from . import tree
-from .bench import OUTPUTS, fastest, heldout_prompts
+from .bench import OUTPUTS, bench_decode, fastest, heldout_prompts
 from .decode import generate, speculative_generate
 from .decode_tree import EagleDrafter, tree_generate
 from .heads import load_head
 from .models import CHECKPOINTS, load
-from .theory import expected_speedup, expected_tokens_per_verify
+from .theory import expected_tokens_per_verify
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
 TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}
@@ -59,15 +59,21 @@ def warm_forwards(target, draft, eagle, prefix_len=100, k=3):
     draft(idx, cache=d_cache)
     eagle(target, idx, hidden, cache=e_cache)
 
-    def step(model, cache, n, **kwargs):
-        model(idx[:, :n], cache=cache, **kwargs) if model is not eagle else target.lm_head(eagle(target, idx[:, :n], hidden[:, :n], cache=cache))
+    def step(forward, cache, n):
+        forward(n, cache)
         cache.truncate(prefix_len)
 
+    def gpt(model):
+        return lambda n, cache: model(idx[:, :n], cache=cache)
+
+    def eagle_call(n, cache):
+        return target.lm_head(eagle(target, idx[:, :n], hidden[:, :n], cache=cache))
+
     return {
-        "target step (1 token)": warm_seconds(lambda: step(target, t_cache, 1)),
-        f"target verify ({k + 1} tokens)": warm_seconds(lambda: step(target, t_cache, k + 1)),
-        "draft-kl step (1 token)": warm_seconds(lambda: step(draft, d_cache, 1)),
-        EAGLE_CALL: warm_seconds(lambda: step(eagle, e_cache, 1)),
+        "target step (1 token)": warm_seconds(lambda: step(gpt(target), t_cache, 1)),
+        f"target verify ({k + 1} tokens)": warm_seconds(lambda: step(gpt(target), t_cache, k + 1)),
+        "draft-kl step (1 token)": warm_seconds(lambda: step(gpt(draft), d_cache, 1)),
+        EAGLE_CALL: warm_seconds(lambda: step(eagle_call, e_cache, 1)),
     }
 
 
@@ -104,34 +110,24 @@ def median(runs, key):
 
 
 def run(n_prompts=5, prompt_len=64, new_tokens=128, repeats=3, ks=range(1, 7), directory=CHECKPOINTS):
+    # the chain sweep is the decode benchmark's, restricted to draft-kl on code at T = 0
+    chain, plain_rows = bench_decode(drafts=("draft-kl",), ks=ks, temperatures=(0.0,), corpora=("code",),
+                                     n_prompts=n_prompts, prompt_len=prompt_len, new_tokens=new_tokens,
+                                     device="cpu", repeats=repeats)
+    for row in chain:
+        row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]  # measured / predicted at zero loop overhead
+        row["alpha_for_1.6x"] = alpha_needed(1.6, row["k"], row["c"], row["verify_cost"])
+    step_s, plain_seconds = plain_rows[0]["target_forward_seconds"], plain_rows[0]["prompt_seconds"]
     target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
     eagle = load_head("eagle", target, directory)
-    prompts = heldout_prompts("code", n_prompts, prompt_len)
-    generate(target, prompts[0], 8)  # warm-up: first calls allocate
-    plain = [fastest(lambda: generate(target, p, new_tokens), repeats)[1] for p in prompts]
-    step_s = median(plain, "target_forward_seconds")
-    chain = []
-    for k in ks:
-        runs = [fastest(lambda: speculative_generate(target, draft, p, k, new_tokens), repeats)[1] for p in prompts]
-        for r, base in zip(runs, plain):
-            r["speedup"] = base["seconds"] / r["seconds"]
-        alpha, c = median(runs, "alpha"), median(runs, "draft_forward_seconds") / step_s
-        verify_cost = median(runs, "verify_forward_seconds") / step_s
-        rounds = np.array([r["target_calls"] for r in runs])
-        row = {"k": k, "tau": median(runs, "tau"), "alpha": alpha, "c": c, "verify_cost": verify_cost,
-               "speedup": median(runs, "speedup"), "predicted": float(expected_speedup(alpha, k, c)),
-               "overhead_ms_per_round": 1e3 * float(np.median([r["overhead_seconds"] for r in runs] / rounds))}
-        row["forward_bound"] = row["tau"] / (k * c + verify_cost)
-        row["ratio_ceiling"] = row["forward_bound"] / row["predicted"]  # measured / predicted at zero loop overhead
-        row["alpha_for_1.6x"] = alpha_needed(1.6, k, c, verify_cost)
-        chain.append(row)
+    prompts = heldout_prompts("code", n_prompts, prompt_len)  # the sweep's prompts
     trees = {}
     for name, branching in TREES.items():
         rule = functools.partial(tree.draft_topk, branching=branching)
         runs = [fastest(lambda: tree_generate(target, EagleDrafter(eagle, target), p, new_tokens, rule=rule), repeats)[1]
                 for p in prompts]
         trees[name] = {"tau": median(runs, "tau"),
-                       "speedup": float(np.median([b["seconds"] / r["seconds"] for r, b in zip(runs, plain)])),
+                       "speedup": float(np.median([b / r["seconds"] for r, b in zip(runs, plain_seconds)])),
                        "draft_ms_per_round": 1e3 * median(runs, "draft_seconds_per_round"),
                        "verify_ms_per_round": 1e3 * median(runs, "verify_forward_seconds"),
                        "head_calls_per_round": len(branching)}
@@ -166,8 +162,9 @@ def markdown(report) -> str:
               "| measured / predicted | ceiling of measured / predicted | alpha for 1.6x |", "|" + "---|" * 12]
     for r in report["chain"]:
         lines.append(f"| {r['k']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['c']:.3f} | {r['verify_cost']:.2f} | "
-                     f"{r['overhead_ms_per_round']:.2f} | {r['predicted']:.2f}x | {r['forward_bound']:.2f}x | "
-                     f"{r['speedup']:.2f}x | {r['speedup'] / r['predicted']:.2f} | {r['ratio_ceiling']:.2f} | "
+                     f"{1e3 * r['overhead_seconds_per_round']:.2f} | {r['predicted_speedup']:.2f}x | "
+                     f"{r['forward_bound_speedup']:.2f}x | {r['speedup']:.2f}x | {r['measured_over_predicted']:.2f} | "
+                     f"{r['ratio_ceiling']:.2f} | "
                      f"{r['alpha_for_1.6x']:.3f} |")
     lines += ["", "| EAGLE (T = 0) | tau | speedup | drafting ms / round | verify ms / round |", "|---|---|---|---|---|"]
     for name, t in report["trees"].items():

@@ -130,14 +130,22 @@ def chain_keeps_going_after_rejection(p_rows, q_rows, draft, rng):
     return out + [_sample(p_rows[len(draft)], rng)]
 
 
-def greedy_no_bonus(p_rows, draft):
-    best = np.argmax(p_rows, axis=-1)
-    out = []
-    for j, x in enumerate(draft):
-        if x != best[j]:
-            return out + [int(best[j])]
-        out.append(int(x))
-    return out
+def _greedy(name, bonus_row):
+    """A verify_greedy that stops at the first mismatch with the target's argmax there, and
+    after K matches adds the argmax of row ``bonus_row(K)`` (None: no bonus)."""
+    def verify(p_rows, draft):
+        best = np.argmax(p_rows, axis=-1)
+        for j, x in enumerate(draft):
+            if x != best[j]:
+                return [int(t) for t in draft[:j]] + [int(best[j])]
+        row = bonus_row(len(draft))
+        return [int(t) for t in draft] + ([] if row is None else [int(best[row])])
+    verify.__name__ = name
+    return verify
+
+
+greedy_no_bonus = _greedy("greedy_no_bonus", lambda K: None)
+greedy_bonus_off_by_one = _greedy("greedy_bonus_off_by_one", lambda K: K - 1)
 
 
 def greedy_emits_draft_at_mismatch(p_rows, draft):
@@ -148,16 +156,6 @@ def greedy_emits_draft_at_mismatch(p_rows, draft):
         if x != best[j]:
             return out
     return out + [int(best[len(draft)])]
-
-
-def greedy_bonus_off_by_one(p_rows, draft):
-    best = np.argmax(p_rows, axis=-1)
-    out = []
-    for j, x in enumerate(draft):
-        if x != best[j]:
-            return out + [int(best[j])]
-        out.append(int(x))
-    return out + [int(best[len(draft) - 1])]
 
 
 def greedy_skips_mismatch(p_rows, draft):
