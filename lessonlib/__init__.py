@@ -1,20 +1,20 @@
 """lessonlib: the library behind the speculative decoding and EAGLE course.
 
-The distribution-level algorithms are numpy (``sampling``, ``speculative``, ``theory``,
-``stats``, ``tree``); ``batched`` runs many verification rounds at once on numpy or torch,
-on the backend chosen in ``backend``. The models (``models``, ``train``, ``decode``) need
-torch and are imported explicitly: ``from lessonlib import models``.
+Layers, each importing only the ones before it:
+
+* ``core``     -- numpy only: sampling, the exact chain and tree rules, theory, statistics,
+  toy models, validation (``import lessonlib.core`` never imports torch);
+* ``models``   -- torch: the tiny GPT and its KV cache, CPU packing, checkpoints, heads,
+  data, training;
+* ``decoding`` -- real decoding loops (plain, chain, tree), the ``Drafter`` protocol, the
+  fallback stream, the one clock (``timing``) and the one definition of every measured
+  quantity (``measures``);
+* ``bench``    -- ``python -m lessonlib.bench ...``;
+* ``course``   -- exercise checks, the exercise generator, plots, widgets, the skill file.
 
 Letters: p = target, q = draft, K = draft length, alpha = acceptance rate,
-c = draft/target cost ratio, tau = tokens per target pass.
+c = one draft step / one one-token target step, tau = tokens per target forward,
+r(n) = a target forward over n tokens / a one-token step.
 """
-from .backend import describe
-from .batched import sample_rounds, simulate_rounds, verify_rounds
-from .sampling import (GREEDY_TEMPERATURE, acceptance_rate, residual, sample, softmax,
-                       top_k_filter, top_p_filter)
-from .speculative import (autoregressive_decode, draft_with_alpha, exact_output_distribution,
-                          exact_round_distribution, speculative_decode, verify_chain, verify_greedy)
-from .stats import chi_square, tv_distance, tv_noise_floor, tv_null_quantile
-from .theory import (breakeven_alpha, expected_speedup, expected_tokens_per_verify, optimal_k,
-                     simulate_tokens_per_verify, wall_time_per_token)
-from .tree import tree_attention_mask, tree_position_ids
+from lessonlib.core import *  # noqa: F401,F403 (the numpy API at the top level, as before)
+from lessonlib.decoding.reference import autoregressive_decode, speculative_decode  # noqa: F401

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import backend
-from lessonlib.backend import ENV_VAR, Backend, describe, select
+from lessonlib.core import backend
+from lessonlib.core.backend import ENV_VAR, Backend, describe, select
 
 
 @pytest.fixture

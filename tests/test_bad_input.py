@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import lessonlib as L
-from lessonlib.batched import sample_rounds, verify_rounds
+from lessonlib.core.batched import sample_rounds, verify_rounds
 
 P = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])  # (K+1, V) with K = 2
 Q = np.array([[0.4, 0.4, 0.2], [0.3, 0.3, 0.4]])

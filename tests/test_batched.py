@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from lessonlib import chi_square, draft_with_alpha, exact_output_distribution, softmax
-from lessonlib.batched import sample_rounds, simulate_rounds, verify_rounds
-from lessonlib.sampling import inverse_cdf
-from lessonlib.speculative import exact_round_distribution
+from lessonlib.core.batched import sample_rounds, simulate_rounds, verify_rounds
+from lessonlib.core.sampling import inverse_cdf
+from lessonlib.core.chain import exact_round_distribution
 
 LEVEL = 1e-3
 

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import decode, models
+from lessonlib.decoding import decode
+from lessonlib import models
 from lessonlib.models import GPT, GPTConfig
-from lessonlib.stats import chi_square
-from lessonlib.speculative import speculative_decode
+from lessonlib.core.stats import chi_square
+from lessonlib.decoding.reference import speculative_decode
 
 
 def tiny(seed, vocab=97, n_layer=2, scale=1.0):
@@ -49,7 +50,7 @@ def test_self_draft_accepts_everything():
 def test_shipped_drafts_are_lossless_at_t0(name, pack):
     # pack=True: the target as the benchmarks run it (weights packed for the CPU)
     target, draft = models.load("target", "cpu", pack=pack), models.load(name, "cpu")
-    from lessonlib.data import to_tokens, text
+    from lessonlib.models.data import to_tokens, text
 
     prompt = to_tokens(text("code", "heldout")[:400])[:48]
     plain, _ = decode.generate(target, prompt, 48)
@@ -109,24 +110,24 @@ def test_bad_arguments():
 
 
 def test_benchmark_table_reports_best_k_and_alpha_per_draft():
-    from lessonlib import bench
+    from lessonlib.bench import decode as common
 
     row = lambda draft, k, alpha, speedup: {"corpus": "code", "temperature": 1.0, "draft": draft, "k": k, "alpha": alpha,
                                             "speedup": speedup, "tau": 2.0, "c": 0.1, "verify_cost": 1.2,
                                             "predicted_speedup": 1.5, "measured_over_predicted": speedup / 1.5}
     rows = [row("draft-ce", 1, 0.5, 1.1), row("draft-ce", 2, 0.7, 0.9), row("draft-kl", 1, 0.6, 1.0), row("draft-kl", 2, 0.8, 1.2)]
-    assert [(r["draft"], r["k"]) for r in bench.best_rows(rows)] == [("draft-ce", 1), ("draft-kl", 2)]
-    assert bench.mean_alpha(rows) == {("code", 1.0): pytest.approx({"draft-ce": 0.6, "draft-kl": 0.7})}
-    assert "code T=1: draft-ce 0.600, draft-kl 0.700" in bench.markdown(rows, [])
+    assert [(r["draft"], r["k"]) for r in common.best_rows(rows)] == [("draft-ce", 1), ("draft-kl", 2)]
+    assert common.mean_alpha(rows) == {("code", 1.0): pytest.approx({"draft-ce": 0.6, "draft-kl": 0.7})}
+    assert "code T=1: draft-ce 0.600, draft-kl 0.700" in common.markdown(rows, [])
     # the speedup if a round cost only its forwards: the measured verify cost, not Thm 3.8's one step
-    assert bench.forward_bound(rows[3]) == pytest.approx(2.0 / (2 * 0.1 + 1.2))
+    assert common.forward_bound(rows[3]) == pytest.approx(2.0 / (2 * 0.1 + 1.2))
 
 
 def test_alpha_needed_inverts_the_forward_bound():
     """The profile's 'alpha for 1.6x': at that alpha E(alpha, K) / (K c + verify cost) equals
     the speedup; a little less alpha falls short; beyond (K + 1) / cost it is unreachable."""
-    from lessonlib.bench_profile import alpha_needed
-    from lessonlib.theory import expected_tokens_per_verify
+    from lessonlib.bench.profile import alpha_needed
+    from lessonlib.core.theory import expected_tokens_per_verify
 
     k, c, verify = 3, 0.13, 1.24
     alpha = alpha_needed(1.6, k, c, verify)

@@ -1,15 +1,17 @@
 """Tree speculative decoding on real (tiny, random-init) GPTs: tree forward, compaction,
-greedy equality with plain decoding, sampling distribution (lessonlib.decode_tree)."""
+greedy equality with plain decoding, sampling distribution (lessonlib.decoding.tree_decode)."""
 import functools
 
 import numpy as np
 import pytest
 import torch
 
-from lessonlib import decode, tree
-from lessonlib.stats import chi_square
-from lessonlib.decode_tree import EagleDrafter, MedusaDrafter, ModelDrafter, tree_generate, verify_tree_forward
-from lessonlib.heads import EagleHead, MedusaHeads
+from lessonlib.decoding import decode
+from lessonlib.core import tree
+from lessonlib.core.stats import chi_square
+from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafter
+from lessonlib.decoding.tree_decode import tree_generate, verify_tree_forward
+from lessonlib.models.heads import EagleHead, MedusaHeads
 from lessonlib.models import GPT, GPTConfig
 
 CONFIG = GPTConfig(vocab_size=64, block_size=96, n_layer=2, n_head=2, n_embd=32)

@@ -1,10 +1,10 @@
-"""lessonlib.distill: alpha measured on teacher-forced text, baselines, and the cost helpers."""
+"""lessonlib.models.distill: alpha measured on teacher-forced text, baselines, and the cost helpers."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from lessonlib import data, distill, train
+from lessonlib.models import data, distill, train
 from lessonlib.models import GPT, GPTConfig
 
 V = 7
@@ -232,7 +232,7 @@ def test_bad_input():
 
 def test_checks_accept_the_references_and_catch_their_negative_controls(capsys):
     """Each check runs its negative controls internally and raises RuntimeError if one slips through."""
-    from lessonlib import checks
+    from lessonlib.course import checks
 
     assert checks.exercise_3a(train.distillation_loss) is train.distillation_loss
     assert checks.exercise_3b(distill.measure_alpha) is distill.measure_alpha
@@ -251,14 +251,14 @@ def test_checks_accept_the_references_and_catch_their_negative_controls(capsys):
     ("exercise_3c", "_step_always_ce", "not the distillation loss of this kind"),
 ])
 def test_checks_reject_wrong_answers(exercise, wrong, hint):
-    from lessonlib import checks
+    from lessonlib.course import checks
 
     with pytest.raises(checks.CheckFailed, match=hint):
         getattr(checks, exercise)(getattr(checks, wrong))
 
 
 def test_check_stub_falls_back_and_question_is_checked(capsys):
-    from lessonlib import checks
+    from lessonlib.course import checks
 
     def stub(*args, **kwargs):
         raise NotImplementedError("exercise 3b: measure alpha")

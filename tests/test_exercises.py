@@ -5,14 +5,14 @@ import pathlib
 import nbformat
 import pytest
 
-from lessonlib import exercises
+from lessonlib.course import exercises
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_exercises_are_up_to_date():
     problems = exercises.out_of_date(ROOT)
-    assert not problems, "exercises/ is out of date; run `python -m lessonlib.exercises`:\n" + "\n".join(problems)
+    assert not problems, "exercises/ is out of date; run `python -m lessonlib.course.exercises`:\n" + "\n".join(problems)
 
 
 def test_every_solution_has_an_exercise():

@@ -1,9 +1,10 @@
-"""Break-even temperature, the fallback policy and its stream driver (lessonlib.fallback)."""
+"""Break-even temperature, the fallback policy and its stream driver (lessonlib.decoding.fallback)."""
 import numpy as np
 import pytest
 import torch
 
-from lessonlib import decode, fallback, theory
+from lessonlib.decoding import decode, fallback
+from lessonlib.core import theory
 from lessonlib.models import GPT, GPTConfig
 
 K, C = 4, 0.1

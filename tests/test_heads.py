@@ -1,11 +1,11 @@
-"""EAGLE head and Medusa heads (lessonlib.heads): the training unroll computes exactly what
+"""EAGLE head and Medusa heads (lessonlib.models.heads): the training unroll computes exactly what
 drafting computes, training lowers the loss, checkpoints round-trip."""
 import numpy as np
 import pytest
 import torch
 
-from lessonlib import heads
-from lessonlib.decode_tree import EagleDrafter, MedusaDrafter
+from lessonlib.models import heads, train_heads
+from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
 from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, can_pack, save
 
 CONFIG = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2, n_embd=32)
@@ -80,12 +80,12 @@ def test_medusa_drafter_uses_head_per_depth():
 def test_training_lowers_the_loss(kinds, ttt):
     torch.manual_seed(3)
     target = GPT(CONFIG).eval()
-    model = heads.Trainee(CONFIG, kinds, n_heads=3, ttt_steps=ttt)
+    model = train_heads.Trainee(CONFIG, kinds, n_heads=3, ttt_steps=ttt)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     x = torch.randint(0, CONFIG.vocab_size, (4, 32))
     before = {k: [v.item() for v in l] for k, (l, _) in model.losses(target, x).items()}
     for _ in range(25):
-        heads._step(model, optimizer, x, None, teacher=target)
+        train_heads._step(model, optimizer, x, None, teacher=target)
     after = {k: [v.item() for v in l] for k, (l, _) in model.losses(target, x).items()}
     for kind in kinds:  # every depth of every head improves
         assert len(after[kind]) == (ttt if kind == "eagle" else 3)

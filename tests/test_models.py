@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models, train
+from lessonlib.models import train
+from lessonlib import models
 from lessonlib.models import GPT, GPTConfig
 
 ATOL = 1e-4  # float32 logits of order 1; cached and full forwards differ only by summation order
@@ -57,7 +58,24 @@ def test_packed_weights_give_the_same_logits(model):
     torch.testing.assert_close(block, want[11:17], atol=ATOL, rtol=0)
     assert not any(p.requires_grad for p in packed.parameters())  # inference only
     with pytest.raises(ValueError, match="packing needs a float32"):
-        copy.deepcopy(model).double().pack_for_cpu()
+        models.pack_linears(copy.deepcopy(model).double())
+    # a model packing cannot serve (float64 here) keeps its plain nn.Linear layers
+    plain = copy.deepcopy(model).double().pack_for_cpu()
+    assert not plain.packed and not any(isinstance(m, models.PackedLinear) for m in plain.modules())
+
+
+def test_packing_falls_back_to_plain_linear_without_onednn(model, monkeypatch):
+    """Where the private oneDNN ops are missing, pack_for_cpu and load(pack=True) keep the
+    plain nn.Linear layers and give the same logits."""
+    from lessonlib.models import packing
+
+    monkeypatch.setattr(packing, "onednn_available", lambda: False)
+    assert not models.can_pack(model)
+    fallback = copy.deepcopy(model).pack_for_cpu()
+    assert not fallback.packed and not any(isinstance(m, models.PackedLinear) for m in fallback.modules())
+    tokens = np.random.default_rng(2).integers(0, 97, size=12).tolist()
+    torch.testing.assert_close(full_logits(fallback, tokens), full_logits(model, tokens), atol=0, rtol=0)
+    assert not models.load("draft-kl", "cpu", pack=True).packed
 
 
 def test_cache_changes_with_the_prefix(model):
@@ -113,7 +131,7 @@ def test_checkpoint_round_trip(model, tmp_path):
 
 
 def test_missing_checkpoint_says_how_to_rebuild(tmp_path):
-    with pytest.raises(FileNotFoundError, match="python -m lessonlib.train target"):
+    with pytest.raises(FileNotFoundError, match="python -m lessonlib.models.train target"):
         models.load("target", "cpu", tmp_path)
 
 

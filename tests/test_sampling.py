@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from lessonlib import acceptance_rate, chi_square, residual, sample, softmax, top_k_filter, top_p_filter
-from lessonlib.sampling import inverse_cdf
-from lessonlib.stats import tv_distance
+from lessonlib.core.sampling import inverse_cdf
+from lessonlib.core.stats import tv_distance
 
 
 def test_softmax_matches_definition_and_temperature():

@@ -4,7 +4,7 @@ import pytest
 from scipy import stats as sps
 
 from lessonlib import chi_square, softmax, tv_distance, tv_noise_floor, tv_null_quantile
-from lessonlib.stats import _pool_sparse
+from lessonlib.core.stats import _pool_sparse
 
 
 def test_tv_distance():

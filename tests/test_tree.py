@@ -1,9 +1,9 @@
-"""Tree structure, drafting and verification (lessonlib.tree)."""
+"""Tree structure, drafting and verification (lessonlib.core.tree)."""
 import numpy as np
 import pytest
 
-from lessonlib import tree
-from lessonlib.stats import chi_square
+from lessonlib.core import tree
+from lessonlib.core.stats import chi_square
 
 
 def random_parents(n, rng):

@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from lessonlib import sampling, theory, widgets  # noqa: E402
+from lessonlib.core import sampling, theory  # noqa: E402
+from lessonlib.course import widgets  # noqa: E402
 
 
 def stub(*args, **kwargs):

@@ -12,41 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import array_namespace, is_torch
+from lessonlib.core.backend import array_namespace, is_torch
+from lessonlib.core.validate import check_probs, check_temperature
 
 GREEDY_TEMPERATURE = 1e-5  # at or below this, sampling means argmax
-PROB_TOL = 1e-6  # rows must sum to 1 within this
 RESIDUAL_EPS = 1e-12  # residual mass at or below this is rounding noise (p == q)
-
-
-def check_probs(p, name: str = "p", ndim: tuple[int, ...] = (1, 2)):
-    """``p`` as a float64 array (numpy, or torch kept as torch) after checking that it holds
-    probability rows: finite, non-negative, each row summing to 1 within 1e-6."""
-    if not is_torch(p):
-        p = np.asarray(p, dtype=np.float64)
-    if p.ndim not in ndim:
-        raise ValueError(f"{name} must have {' or '.join(map(str, ndim))} dimensions, got shape {tuple(p.shape)}")
-    if p.shape[-1] == 0:
-        raise ValueError(f"{name} must have a non-empty last (vocabulary) axis")
-    xp = array_namespace(p)
-    if bool(xp.isnan(p).any()) or bool(xp.isinf(p).any()):
-        raise ValueError(f"{name} must be finite, found NaN or inf")
-    if bool((p < 0).any()):
-        raise ValueError(f"{name} must be non-negative, min is {float(p.min()):.3g}")
-    worst = float(abs(p.sum(axis=-1) - 1).max()) if 0 not in p.shape else 0.0  # no rows: nothing to sum
-    if worst > PROB_TOL:
-        raise ValueError(f"{name} rows must sum to 1 (within {PROB_TOL}), off by {worst:.3g}")
-    return p
-
-
-def check_same_vocab(p, q, p_name="p", q_name="q"):
-    if p.shape[-1] != q.shape[-1]:
-        raise ValueError(f"{p_name} and {q_name} must share a vocabulary, got sizes {p.shape[-1]} and {q.shape[-1]}")
-
-
-def check_temperature(temperature):
-    if not np.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
 
 
 def softmax(logits, temperature: float = 1.0) -> np.ndarray:

@@ -22,7 +22,8 @@ import functools
 
 import numpy as np
 
-from .sampling import check_probs, inverse_cdf
+from lessonlib.core.sampling import inverse_cdf
+from lessonlib.core.validate import check_probs
 
 
 # ----------------------------------------------------------------------------- structure

@@ -31,8 +31,9 @@ import re
 import sys
 
 import nbformat
+from lessonlib import paths
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = paths.ROOT
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<message>.*)$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
 MESSAGE = re.compile(r"exercise \d+[a-z]?: \S")

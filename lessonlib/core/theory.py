@@ -8,32 +8,17 @@ one target forward, and emits the accepted prefix plus one token.
     wall time / token = (K c + 1) / E
     speedup           = E / (K c + 1)                       (Thm 3.8)
 
+With a measured verify cost r = r(K + 1) (a target forward over K + 1 tokens / a one-token
+step) the speedup is E / (K c + r); ``alpha_for_speedup`` is the one inverse of E and of
+that speedup (break-even alpha, fallback thresholds, alpha from an engine's tau).
+
 All functions broadcast over numpy arrays.
 """
 from __future__ import annotations
 
 import numpy as np
 
-
-def _alpha(alpha):
-    a = np.asarray(alpha, dtype=np.float64)
-    if np.isnan(a).any() or (a < 0).any() or (a > 1).any():
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    return a
-
-
-def _k(k):
-    kk = np.asarray(k)
-    if kk.dtype == bool or not np.all(np.mod(kk, 1) == 0) or (kk < 1).any():
-        raise ValueError(f"k must be an integer >= 1, got {k}")
-    return kk.astype(np.int64)
-
-
-def _c(c):
-    cc = np.asarray(c, dtype=np.float64)
-    if np.isnan(cc).any() or (cc < 0).any() or np.isinf(cc).any():
-        raise ValueError(f"c must be a finite cost ratio >= 0, got {c}")
-    return cc
+from lessonlib.core.validate import check_alpha as _alpha, check_c as _c, check_ks as _k
 
 
 def _scalar(x):
@@ -75,18 +60,43 @@ def optimal_k(alpha, c, k_max: int = 32):
     return int(best) if best.ndim == 0 else best
 
 
-def breakeven_alpha(k, c):
-    """The alpha where expected_speedup(alpha, k, c) == 1, i.e. E(alpha, k) = k c + 1.
-    E rises from 1 (alpha 0) to k + 1 (alpha 1), so the root is unique: 0 for c = 0,
-    1 for c = 1, NaN for c > 1 (no alpha pays). Found by bisection to ~1e-16."""
-    kk, cc = np.broadcast_arrays(_k(k), _c(c))
-    goal = kk * cc + 1
+def _positive(x, name, what):
+    a = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or (a <= 0).any():
+        raise ValueError(f"{name} must be {what}, got {x!r}")
+    return a
+
+
+def alpha_for_speedup(speedup, k, c, r=1.0):
+    """The least alpha in [0, 1] with E(alpha, k) / (k c + r) >= ``speedup``: the one inverse
+    of E and of the speedup (bisection, 60 halvings: exact to float precision; broadcasts).
+
+    r = r(k + 1), the target forward over k + 1 tokens / a one-token target step (1 in
+    Leviathan et al.'s formula). E rises with alpha from 1 to k + 1, so the speedup rises from
+    1 / (k c + r) to (k + 1) / (k c + r): a speedup at or below that range is reached by every
+    alpha (returns 0.0), one above it by none (returns inf, a threshold no estimate can pass).
+    Special cases: ``alpha_for_speedup(1, k, c)`` is ``breakeven_alpha(k, c)``;
+    ``alpha_for_speedup(tau, k, 0)`` inverts tau = E(alpha, k) (an engine's mean accepted length).
+    """
+    s = _positive(speedup, "speedup", "a finite number > 0")
+    rr = _positive(r, "r", "a finite number > 0 (target forward over k + 1 tokens / one-token step)")
+    kk, cc = _k(k), _c(c)
+    goal = s * (kk * cc + rr)  # the E(alpha, k) the speedup needs
+    kk, goal = np.broadcast_arrays(kk, goal)
     lo, hi = np.zeros(goal.shape), np.ones(goal.shape)
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         below = _tokens(mid, kk) < goal
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return _scalar(np.where(cc > 1, np.nan, np.where(cc == 0, 0.0, hi)))
+    return _scalar(np.where(goal <= 1, 0.0, np.where(goal > kk + 1, np.inf, hi)))
+
+
+def breakeven_alpha(k, c):
+    """The alpha where expected_speedup(alpha, k, c) == 1, i.e. E(alpha, k) = k c + 1.
+    E rises from 1 (alpha 0) to k + 1 (alpha 1), so the root is unique: 0 for c = 0,
+    1 for c = 1, NaN for c > 1 (no alpha pays). ``alpha_for_speedup(1, k, c)``."""
+    kk, cc = np.broadcast_arrays(_k(k), _c(c))
+    return _scalar(np.where(cc > 1, np.nan, alpha_for_speedup(1.0, kk, cc)))
 
 
 def simulate_tokens_per_verify(alpha, k, n_rounds: int, rng: np.random.Generator) -> np.ndarray:

@@ -1,35 +1,40 @@
-"""Tree speculative decoding with KV caches: draft a tree, verify it in ONE target forward.
+"""Drafters: everything that proposes draft tokens to the tree loop (``tree_decode``).
 
-One round (the target cache holds the committed sequence minus its last token, as in
-``lessonlib.decode``; that last token is the tree's root):
-
-1. a drafter grows a tree with one of the rules of ``lessonlib.tree`` (static top-k, top-p,
-   EAGLE-2 dynamic) through its ``expand`` callback;
-2. the target runs once over [root] + the N tree tokens, with the tree attention mask and
-   positions ``prefix_len + depth``, so every node is scored as if it were the next token
-   after its own root-to-node path;
-3. the longest acceptable branch is kept: greedy at T <= 1e-5, else the exact sibling rule;
-4. the cache keeps the root and the accepted nodes' keys/values, in order, and drops the
-   rest (``KVCache.keep``) -- it then equals a fresh prefill of the committed tokens.
-
-Drafters (each has ``commit(seq, features)`` after every round and ``expand(parents, tokens,
-nodes)`` for the drafting rules): ``ModelDrafter`` (a small GPT with its own cache),
-``EagleDrafter`` (the EAGLE head on the target's features), ``MedusaDrafter``.
+Every draft kind implements the ``Drafter`` protocol -- a separate draft model
+(``ModelDrafter``), the EAGLE head on the target's features (``EagleDrafter``), Medusa heads
+(``MedusaDrafter``), and the draft-free and MTP drafters of later modules. A chain of K drafts
+is the tree whose branching is (1,) * K, so one loop runs them all.
 """
 from __future__ import annotations
 
-import functools
-import time
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import tree
-from .decode import Clock, _check_budget, _rng, timing_stats
-from .sampling import GREEDY_TEMPERATURE, softmax
+from lessonlib.core import tree
 
-DEFAULT_RULE = functools.partial(tree.draft_topk, branching=(3, 2, 2))
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the tree loop asks of a draft.
+
+    ``needs_features``: whether ``commit`` needs the target's hidden states (EAGLE, Medusa,
+    MTP); such drafters need a prompt of at least 2 tokens.
+    ``commit(seq, features)``: called once before the first round and after every round with
+    the committed sequence (a list of token ids) and the target's hidden states at the
+    positions committed in that round (all but the last token's).
+    ``expand(parents, tokens, nodes) -> (len(nodes), V)``: draft log-probabilities after each
+    node in ``nodes`` of the current tree (``parents``/``tokens`` as in ``core.tree``; node -1
+    is the committed sequence). The drafting rules of ``core.tree`` call it.
+    """
+
+    needs_features: bool
+
+    def commit(self, seq: list[int], features) -> None: ...
+
+    def expand(self, parents, tokens, nodes) -> np.ndarray: ...
 
 
 def _log_probs(logits) -> np.ndarray:
@@ -100,6 +105,8 @@ class TreeDrafter:
 class ModelDrafter(TreeDrafter):
     """A small GPT drafting with its own KV cache; tree nodes sit at ``committed + depth``."""
 
+    needs_features = False
+
     def __init__(self, model):
         self.model, self.cache, self.committed = model, model.new_cache(), 0
 
@@ -119,6 +126,8 @@ class ModelDrafter(TreeDrafter):
 class EagleDrafter(TreeDrafter):
     """The EAGLE head: committed positions use the target's true features; a tree node uses
     the head's own output g at its parent (the root's g for depth 0)."""
+
+    needs_features = True
 
     def __init__(self, head, target):
         self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
@@ -149,6 +158,8 @@ class MedusaDrafter:
     """Medusa heads: depth d of the tree takes head d's top tokens at the last committed
     feature, whatever the tokens above it."""
 
+    needs_features = True
+
     def __init__(self, heads, target):
         self.heads, self.target = heads, target
 
@@ -162,85 +173,3 @@ class MedusaDrafter:
         if d.max() >= len(self.rows):
             raise ValueError(f"Medusa has {len(self.rows)} heads; the tree asks for depth {int(d.max()) + 1}")
         return self.rows[d]
-
-
-def verify_tree_forward(target, cache, root_token, parents, tokens):
-    """One target forward over [root] + tree tokens after ``cache``: (logits, hidden) with
-    N + 1 rows, row 0 for the root and row i + 1 for node i."""
-    mask = tree.tree_attention_mask(tree.with_root(parents))
-    start = cache.length
-    if start + len(mask) > cache.capacity:
-        raise ValueError(f"the tree ({len(parents)} nodes) does not fit the context: {start} + {len(mask)} > {cache.capacity}")
-    idx = torch.as_tensor(np.concatenate([[root_token], tokens]), dtype=torch.long, device=target.device)
-    positions = torch.as_tensor(start + mask.sum(1) - 1, device=target.device)  # prefix_len + depth (root at depth 0)
-    logits, hidden = target(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=cache, return_hidden=True)
-    return logits[0], hidden[0]
-
-
-def acceptance_by_depth(accepted_lengths, max_depth):
-    """alpha_d = P(node at depth d accepted | depth d - 1 accepted), d = 0..max_depth-1."""
-    lengths = np.asarray(accepted_lengths)
-    reached = np.array([(lengths >= d).sum() for d in range(max_depth)])
-    passed = np.array([(lengths > d).sum() for d in range(max_depth)])
-    return [float(p / r) if r else None for p, r in zip(passed, reached)]
-
-
-@torch.inference_mode()
-def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_RULE, temperature=0.0, rng=None):
-    """Tree speculative decoding. ``rule(expand) -> (parents, tokens, score)`` is a drafting
-    rule of ``lessonlib.tree``, e.g. ``functools.partial(tree.draft_dynamic, depth=5,
-    top_k=4, total=24)``. Greedy at T <= 1e-5 (output = the target's greedy output), else the
-    exact sibling rule (output distributed as the target's sampling at ``temperature``).
-
-    Returns (new_tokens, stats): tau (tokens per target forward), acceptance by depth,
-    mean nodes per tree, target_calls, draft/verify/overhead seconds, tokens_per_second.
-    """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    _check_budget(target, prompt_tokens, max_new_tokens)
-    if len(prompt_tokens) < 2 and not isinstance(drafter, ModelDrafter):
-        raise ValueError("prompt_tokens must hold at least 2 tokens for a feature-based drafter")
-    greedy = temperature <= GREEDY_TEMPERATURE
-    rng = _rng(rng)
-    clock = Clock(target.device)
-    seq = list(prompt_tokens)
-    cache = target.new_cache()
-    features = torch.zeros(0, target.config.n_embd, device=target.device)
-    if len(seq) > 1:  # prefill all but the last token; it is the first round's root
-        idx = torch.as_tensor(seq[:-1], dtype=torch.long, device=target.device)[None]
-        features = clock("prefill", target, idx, cache=cache, return_hidden=True)[1][0]
-    clock("prefill", drafter.commit, seq, features)
-    goal = len(seq) + max_new_tokens
-    lengths, nodes, depth = [], [], 0
-    start_time = time.perf_counter()
-    while len(seq) < goal:
-        parents, tokens, _ = clock("draft", rule, drafter.expand)
-        start = cache.length
-        logits, hidden = clock("verify", verify_tree_forward, target, cache, seq[-1], parents, tokens)
-        if greedy:
-            path, emitted = tree.verify_tree_greedy(parents, tokens, logits.argmax(-1).cpu().numpy())
-        else:
-            path, emitted = tree.verify_tree(parents, tokens, softmax(logits.double().cpu().numpy(), temperature), rng)
-        keep = [0] + [a + 1 for a in path]
-        cache.keep(start, keep)
-        seq += emitted
-        clock("draft", drafter.commit, seq, hidden[keep])
-        lengths.append(len(path))
-        nodes.append(len(parents))
-        depth = max(depth, int(tree.tree_depth(parents).max()) + 1)
-    seconds = time.perf_counter() - start_time
-    draft_s, verify_s = clock.seconds["draft"], clock.seconds["verify"]
-    rounds = len(lengths)
-    return seq[goal - max_new_tokens : goal], {
-        "temperature": float(temperature),
-        "tau": (len(seq) - (goal - max_new_tokens)) / rounds,
-        "rounds": rounds,
-        "target_calls": rounds,
-        "mean_nodes": float(np.mean(nodes)),
-        "mean_accepted": float(np.mean(lengths)),
-        "acceptance_by_depth": acceptance_by_depth(lengths, depth),
-        "accepted_lengths": np.bincount(lengths).tolist(),
-        **timing_stats(clock, seconds, max_new_tokens),
-        "verify_forward_seconds": verify_s / rounds,
-        "draft_seconds_per_round": draft_s / rounds,
-    }

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import Backend, arange_like, array_namespace, select, take_along, to_numpy
-from .sampling import check_probs, check_same_vocab, inverse_cdf, residual_rows
+from lessonlib.core.backend import Backend, arange_like, array_namespace, select, take_along, to_numpy
+from lessonlib.core.sampling import inverse_cdf, residual_rows
+from lessonlib.core.validate import check_probs, check_same_vocab
 
 
 def check_rounds(p_rows, q_rows):

@@ -24,14 +24,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import data, tree
-from .bench import fastest
-from .decode import generate, speculative_generate
-from .decode_tree import EagleDrafter, MedusaDrafter, ModelDrafter, acceptance_by_depth, tree_generate
-from .heads import load_head
-from .models import CHECKPOINTS, load
+from lessonlib.models import data
+from lessonlib.core import tree
+from lessonlib.decoding import measures
+from lessonlib.decoding.timing import fastest
+from lessonlib.decoding.decode import generate, speculative_generate
+from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafter
+from lessonlib.decoding.tree_decode import acceptance_by_depth, tree_generate
+from lessonlib.models.heads import load_head
+from lessonlib.models import CHECKPOINTS, load
+from lessonlib import paths
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "outputs" / "benchmarks"
 
 
 def static(branching):
@@ -120,7 +123,8 @@ def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", d
     results = {name: [] for name in ["plain", *table]}
     for prompt in tqdm(prompts(n_prompts, prompt_len), desc="prompts"):
         plain, stats = fastest(lambda: generate(target, prompt, new_tokens), repeats)
-        results["plain"].append({"seconds_per_token": stats["seconds_per_token"], "tau": 1.0})
+        results["plain"].append({"seconds_per_token": stats["seconds_per_token"], "tau": 1.0,
+                                 "target_forward_seconds": stats["target_forward_seconds"]})
         for name, (_, (kind, arg)) in table.items():
             if kind == "chain":
                 out, s = fastest(lambda: speculative_generate(target, draft, prompt, arg, new_tokens), repeats)
@@ -129,7 +133,7 @@ def run(n_prompts=12, prompt_len=96, new_tokens=96, quick=False, device="cpu", d
                 out, s = fastest(lambda: tree_generate(target, drafters[kind](), prompt, new_tokens, rule=arg), repeats)
             if out != plain:
                 raise AssertionError(f"{name}: greedy output differs from plain greedy decoding")
-            s["speedup"] = stats["seconds_per_token"] / s["seconds_per_token"]
+            s.update(measures.compare(s, stats))  # speedup, r, c or the tree's draft cost: one definition
             results[name].append(s)
     return target, table, results
 
@@ -151,8 +155,8 @@ def summarise(table, results):
             depth = max(len(r["acceptance_by_depth"]) for r in runs)
             row["acceptance_by_depth"] = [None if a is None else round(a, 3) for a in acceptance_by_depth(lengths, depth)]
             row["mean_nodes"] = float(np.median([r["mean_nodes"] for r in runs]))
-            # drafting a whole tree, in units of one verify forward (the tree analogue of K c)
-            row["draft_cost_per_round"] = float(np.median([r["draft_seconds_per_round"] / r["verify_forward_seconds"] for r in runs]))
+            # drafting a whole tree, in one-token target steps (the tree analogue of K c)
+            row["draft_cost_per_round"] = float(np.median([r["draft_cost_per_round"] for r in runs]))
         rows.append(row)
     best = {}
     for row in rows:
@@ -208,6 +212,7 @@ def main(argv=None):
     rows, best = summarise(table, results)
     cost = verify_cost(target)
     targets = check_targets(rows, best)
+    OUT = paths.benchmarks()
     OUT.mkdir(parents=True, exist_ok=True)
     report = {
         "setup": {"temperature": 0.0, "corpus": "code (held-out)", "prompts": args.prompts, "prompt_tokens": args.prompt_len,

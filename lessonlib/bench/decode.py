@@ -1,6 +1,4 @@
-"""Benchmarks: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md};
-``python -m lessonlib.bench tree [options]`` runs the tree benchmark (``lessonlib.bench_tree``);
-``python -m lessonlib.bench profile`` profiles what limits the speedup (``lessonlib.bench_profile``).
+"""The decode benchmark: ``python -m lessonlib.bench decode`` writes outputs/benchmarks/decode.{json,md}.
 
 Everything is measured in one run on one machine: plain decoding and chain speculative
 decoding with each shipped draft, K = 1..8, T in {0, 1}, on held-out code and prose prompts,
@@ -22,25 +20,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import data
-from .decode import generate, speculative_generate
-from .models import default_device, load, scaled_name
-from .theory import expected_speedup
+from lessonlib.models import data
+from lessonlib.decoding.decode import generate, speculative_generate
+from lessonlib.decoding.timing import fastest
+from lessonlib.models import default_device, load, scaled_name
+from lessonlib.core.theory import expected_speedup
+from lessonlib import paths
 
-OUTPUTS = pathlib.Path(__file__).resolve().parent.parent / "outputs" / "benchmarks"
-
-
-def heldout_prompts(corpus: str, n: int, length: int, seed: int = 0) -> list[list[int]]:
-    """``n`` prompts of ``length`` tokens from evenly spaced places in the held-out split."""
-    tokens = data.token_array(corpus, "heldout")
-    starts = np.linspace(0, len(tokens) - 4 * length, n).astype(int)
-    return [tokens[s : s + length].astype(int).tolist() for s in starts]
-
-
-def fastest(run, repeats):
-    """The (tokens, stats) of the fastest of ``repeats`` identical runs (same seed, same tokens):
-    other programs on the machine can only add time, so the minimum is the least disturbed run."""
-    return min((run() for _ in range(repeats)), key=lambda result: result[1]["seconds"])
 
 
 def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(0.0, 1.0), corpora=data.CORPORA,
@@ -67,7 +53,7 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
         return out
 
     for corpus, temperature in configs:
-        prompts = heldout_prompts(corpus, n_prompts, prompt_len)
+        prompts = data.heldout_prompts(corpus, n_prompts, prompt_len)
         generate(target, prompts[0], 8)  # warm-up: first calls allocate
         before = plain_runs(prompts, temperature, (repeats + 1) // 2)
         sweep = {}
@@ -158,24 +144,15 @@ def machine() -> dict:
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tree"]:
-        from . import bench_tree
-
-        return bench_tree.main(argv[1:])
-    if argv[:1] == ["profile"]:
-        from . import bench_profile
-
-        return bench_profile.main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["decode", "tree", "profile"])
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")
     parser.add_argument("--device", default=None)
-    parser.add_argument("--out", type=pathlib.Path, default=OUTPUTS)
+    parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
     args = parser.parse_args(argv)
+    args.out = args.out or paths.benchmarks()
     started = time.time()
     rows, plain_rows = bench_decode(n_prompts=args.prompts, new_tokens=args.new_tokens, device=args.device,
                                     scale=args.scale, repeats=args.repeats)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import platform
 import subprocess
 import time
 
@@ -21,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import data
-from .models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, round_trip, save, scaled_name
+from lessonlib.models import data
+from lessonlib.models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, round_trip, save, scaled_name
 
 TARGET_CONFIG = GPTConfig(n_layer=8, n_head=8, n_embd=256, block_size=256)
 # One layer: a draft step is dispatch-bound on a CPU, so its cost follows the number of layers,
@@ -136,7 +137,12 @@ def train_step(model, optimizer, x, y, teacher=None, kind="ce"):
         if teacher is not None:
             with torch.no_grad():
                 teacher_logits = teacher(x)
-    loss = distillation_loss(logits, teacher_logits, kind, labels=y)
+    return optimizer_step(model, optimizer, distillation_loss(logits, teacher_logits, kind, labels=y))
+
+
+def optimizer_step(model, optimizer, loss) -> float:
+    """The one optimizer step every trainer takes: clear the old gradients (else they add up
+    across steps), backpropagate, clip the gradient norm to 1, step; returns the loss value."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -179,6 +185,26 @@ def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, ki
     state["optimizer"] = optimizer.state_dict()
     model.eval()
     return state
+
+
+def run_metadata(state, planned_steps, batch_size, device, seed, before=None) -> dict:
+    """The fields every checkpoint's metadata records about its training run (steps, tokens
+    and seconds add up over resumed runs: ``before`` is the previous metadata)."""
+    before = before or {}
+    return {
+        "steps": before.get("steps", 0) + state["step"],
+        "planned_steps": planned_steps,
+        "runs": before.get("runs", 0) + 1,
+        "batch_size": batch_size,
+        "tokens_seen": before.get("tokens_seen", 0) + state["tokens"],
+        "train_seconds": round(before.get("train_seconds", 0.0) + state["seconds"], 1),
+        "final_train_loss": float(np.mean(state["losses"][-50:])),
+        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {torch.get_num_threads()} threads",
+        "torch": torch.__version__,
+        "git_revision": git_revision(),
+        "seed": seed,
+    }
 
 
 def git_revision() -> str:
@@ -248,17 +274,8 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         "initialised_from": init,
         "corpus": "train split of code + prose (lessonlib.data), windows sampled by corpus size",
         "heldout_documents": data.heldout_names(),
-        "steps": state["step"],
-        "planned_steps": steps,
-        "batch_size": batch,
-        "tokens_seen": state["tokens"],
-        "train_seconds": round(state["seconds"], 1),
-        "final_train_loss": float(np.mean(state["losses"][-50:])),
+        **run_metadata(state, steps, batch, device, seed),
         "heldout_bits_per_byte": None,  # filled below, after rounding to the stored precision
-        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "git_revision": git_revision(),
-        "seed": seed,
     }
     model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships
     meta["heldout_bits_per_byte"] = {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA}

@@ -22,28 +22,13 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .decode import feed, next_token, speculative_round
-from .sampling import acceptance_rate, softmax
-from .theory import breakeven_alpha, expected_tokens_per_verify
+from lessonlib.decoding.decode import feed, next_token, speculative_round
+from lessonlib.core.sampling import acceptance_rate, softmax
+from lessonlib.core import theory
+from lessonlib.core.theory import breakeven_alpha, expected_tokens_per_verify
+from lessonlib.core.validate import check_c, check_finite_1d, check_k
 
 ACTIONS = ("speculate", "probe", "plain")
-
-
-def _finite_1d(name, values):
-    arr = np.asarray(values, dtype=float)
-    if arr.ndim != 1 or len(arr) < 2 or not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be a 1-D sequence of at least 2 finite numbers, got {values!r}")
-    return arr
-
-
-def _check_c(c):
-    if not np.isscalar(c) or not np.isfinite(c) or c < 0:
-        raise ValueError(f"c must be a finite number >= 0 (draft cost / target cost), got {c!r}")
-
-
-def _check_k(k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
 
 
 def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), draft_temperature=None):
@@ -95,7 +80,7 @@ def tau_by_position(beta, k):
     so tau differs from E(mean beta, K) -- this measures by how much.
     """
     beta = np.asarray(beta, dtype=float)
-    _check_k(k)
+    k = check_k(k)
     if beta.ndim != 1 or len(beta) < k or np.any(~np.isfinite(beta)) or np.any((beta < 0) | (beta > 1)):
         raise ValueError(f"beta must be a 1-D array of at least k={k} acceptance probabilities in [0, 1]")
     runs = np.cumprod(sliding_window_view(beta, k), axis=1)  # P(first j drafts accepted), j = 1..K
@@ -103,7 +88,8 @@ def tau_by_position(beta, k):
 
 
 def alpha_for_speedup(speedup, k, c, r=1.0):
-    """The least alpha in [0, 1] with E(alpha, K) / (K c + r) >= ``speedup`` (bisection; S rises with alpha).
+    """The least alpha in [0, 1] with E(alpha, K) / (K c + r) >= ``speedup``: the scalar form of
+    ``theory.alpha_for_speedup`` (the one inverse), as the policy's thresholds are numbers.
 
     r is the cost of a verify round beyond the drafts, in plain decoding steps (1 in the
     formula of Leviathan et al.; measured, it also holds the verify's extra tokens and the
@@ -111,21 +97,13 @@ def alpha_for_speedup(speedup, k, c, r=1.0):
     1/(Kc+r) and (K+1)/(Kc+r) are reached at some alpha; below that range every alpha reaches
     them (returns 0.0), above it none does (returns inf: a threshold no estimate can pass).
     """
-    _check_k(k)
-    _check_c(c)
+    k = check_k(k)
+    check_c(c)
     if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
         raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
     if not np.isscalar(speedup) or not np.isfinite(speedup) or speedup <= 0:
         raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
-    if speedup <= 1.0 / (k * c + r):
-        return 0.0
-    if speedup > (k + 1) / (k * c + r):
-        return math.inf
-    lo, hi = 0.0, 1.0
-    for _ in range(60):  # 2^-60: exact to float precision
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if expected_tokens_per_verify(mid, k) / (k * c + r) < speedup else (lo, mid)
-    return 0.5 * (lo + hi)
+    return float(theory.alpha_for_speedup(speedup, k, c, r))
 
 
 def breakeven_temperature(temperatures, alphas, c, k=None):
@@ -140,17 +118,17 @@ def breakeven_temperature(temperatures, alphas, c, k=None):
     Returns the first T in [T_0, T_max] with alpha(T) <= alpha* (T_0 itself if speculation
     never pays in the measured range), or ``inf`` if alpha stays above alpha* everywhere.
     """
-    t = _finite_1d("temperatures", temperatures)
-    a = _finite_1d("alphas", alphas)
+    t = check_finite_1d(temperatures, "temperatures", 2)
+    a = check_finite_1d(alphas, "alphas", 2)
     if len(t) != len(a):
         raise ValueError(f"temperatures and alphas must have the same length, got {len(t)} and {len(a)}")
     if np.any(t < 0) or np.any(np.diff(t) <= 0):
         raise ValueError(f"temperatures must be >= 0 and strictly increasing, got {temperatures!r}")
     if np.any(a < 0) or np.any(a > 1):
         raise ValueError(f"alphas must lie in [0, 1], got {alphas!r}")
-    _check_c(c)
+    check_c(c)
     if k is not None:
-        _check_k(k)
+        k = check_k(k)
     a_star = float(breakeven_alpha(1 if k is None else k, c))
     a_star = 1.0 if np.isnan(a_star) else a_star  # c > 1: no alpha pays
     below = np.flatnonzero(a <= a_star)
@@ -193,8 +171,8 @@ class FallbackPolicy:
 
     def __init__(self, k, c, window=32, min_rounds=None, off_below=1.0, on_above=1.2, probe_every=16,
                  probe_window=8, r=1.0):
-        _check_k(k)
-        _check_c(c)
+        k = check_k(k)
+        check_c(c)
         min_rounds = window if min_rounds is None else min_rounds
         for name, value in (("window", window), ("min_rounds", min_rounds), ("probe_every", probe_every),
                             ("probe_window", probe_window)):
@@ -370,7 +348,7 @@ class ModelStream:
 
     def __init__(self, target, draft, prompt_tokens, k, temperature, draft_temperature=None, rng=None,
                  requests=()):
-        _check_k(k)
+        k = check_k(k)
         if target.config.vocab_size != draft.config.vocab_size:
             raise ValueError("target and draft must share a vocabulary")
         if len(prompt_tokens) < 1:
@@ -444,8 +422,8 @@ def simulate_stream(alphas, policy, k, c, rng):
     alphas = np.asarray(alphas, dtype=float)
     if alphas.ndim != 1 or len(alphas) < 1 or np.any(~np.isfinite(alphas)) or np.any((alphas < 0) | (alphas > 1)):
         raise ValueError("alphas must be a non-empty 1-D array of acceptance rates in [0, 1]")
-    _check_k(k)
-    _check_c(c)
+    k = check_k(k)
+    check_c(c)
     if not isinstance(rng, np.random.Generator):
         raise ValueError("rng must be a numpy.random.Generator")
     now = [0.0]

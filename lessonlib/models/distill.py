@@ -27,9 +27,9 @@ import math
 
 import numpy as np
 
-from . import data
-from .models import GPTConfig
-from .sampling import acceptance_rate, softmax
+from lessonlib.models import data
+from lessonlib.models import GPTConfig
+from lessonlib.core.sampling import acceptance_rate, softmax
 
 WINDOW = 256  # tokens of context per teacher-forced window (the shipped models' block size)
 

@@ -25,13 +25,14 @@ import pathlib
 import sysconfig
 
 import numpy as np
+from lessonlib import paths
 
-ASSETS = pathlib.Path(__file__).resolve().parent / "assets"
+ASSETS = paths.ASSETS
 TOKENIZER_PATH = ASSETS / "tokenizer.json"
 VOCAB_SIZE = 2048
 HELDOUT_PERCENT = 4
 CORPORA = ("code", "prose")
-CACHE_DIR = pathlib.Path(os.environ.get("LESSONLIB_CACHE", pathlib.Path(__file__).resolve().parent.parent / ".cache"))
+CACHE_DIR = pathlib.Path(os.environ.get("LESSONLIB_CACHE", paths.ROOT / ".cache"))
 
 
 def stdlib_root() -> pathlib.Path:
@@ -135,7 +136,7 @@ def tokenizer():
 
     if not TOKENIZER_PATH.exists():
         raise FileNotFoundError(
-            f"{TOKENIZER_PATH} is missing; rebuild it with: python -m lessonlib.train tokenizer"
+            f"{TOKENIZER_PATH} is missing; rebuild it with: python -m lessonlib.models.train tokenizer"
         )
     return Tokenizer.from_file(str(TOKENIZER_PATH))
 
@@ -182,3 +183,16 @@ def token_array(corpus: str, split: str) -> np.ndarray:
 
 def bytes_per_token(corpus: str, split: str = "heldout") -> float:
     return len(text(corpus, split).encode()) / len(to_tokens(text(corpus, split)))
+
+
+def heldout_prompts(corpus: str, n: int, length: int, margin: int | None = None) -> list[list[int]]:
+    """``n`` prompts of ``length`` held-out tokens from evenly spaced offsets: the one prompt
+    slicer of the benchmarks and notebooks. ``margin`` tokens after the last prompt stay
+    unused (default ``3 * length``: room for the continuation a benchmark generates)."""
+    tokens = token_array(corpus, "heldout")
+    margin = 3 * length if margin is None else margin
+    if n < 1 or length < 1 or len(tokens) < length + margin:
+        raise ValueError(f"cannot cut n={n} prompts of length={length} (+ margin {margin}) from {len(tokens)} held-out tokens")
+    starts = np.linspace(0, len(tokens) - length - margin, n).astype(int)
+    return [tokens[s : s + length].astype(int).tolist() for s in starts]
+

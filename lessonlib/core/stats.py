@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats as _scipy_stats
 from scipy.special import gammaln
 
-from .sampling import check_probs
+from lessonlib.core.validate import check_probs
 
 def tv_distance(p, q):
     """TV(p, q) = 1/2 sum_x |p(x) - q(x)| = 1 - sum_x min(p(x), q(x)), per row."""

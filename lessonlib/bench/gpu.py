@@ -21,11 +21,13 @@ import time
 import numpy as np
 import torch
 
-from . import bench, train
-from .backend import select
-from .batched import sample_rounds
-from .speculative import draft_with_alpha
-from .stats import chi_square, tv_distance, tv_noise_floor
+from lessonlib.bench import decode as bench
+from lessonlib.models import train
+from lessonlib.core.backend import select
+from lessonlib.core.batched import sample_rounds
+from lessonlib.core.chain import draft_with_alpha
+from lessonlib.core.stats import chi_square, tv_distance, tv_noise_floor
+from lessonlib import paths
 
 
 def exactness_check(n_rounds=10**7, vocab=64, k=4, alpha=0.75, seed=0, backend=None):
@@ -88,9 +90,9 @@ def main(argv=None):
         rows, plain = bench.bench_decode(ks=(1, 2, 3, 4, 6, 8), n_prompts=3, device="cuda", scale=scale)
         report["decode"][scale] = {"plain": plain, "best": bench.best_rows(rows)}
         print(bench.markdown(rows, plain), flush=True)
-    bench.OUTPUTS.mkdir(parents=True, exist_ok=True)
-    (bench.OUTPUTS / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {bench.OUTPUTS / 'gpu.json'}")
+    paths.benchmarks().mkdir(parents=True, exist_ok=True)
+    (paths.benchmarks() / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {paths.benchmarks() / 'gpu.json'}")
 
 
 if __name__ == "__main__":

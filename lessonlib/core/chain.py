@@ -5,23 +5,15 @@
 * ``exact_round_distribution`` / ``exact_output_distribution`` -- the exact law of a
   round's output, by summing over every draft token and accept/reject outcome.
 * ``draft_with_alpha`` -- a draft q whose acceptance rate against p is exactly alpha.
-* ``speculative_decode`` / ``autoregressive_decode`` -- the generic loops over any model
-  with ``logits(tokens) -> (len(tokens), V)`` (course-design.md). They recompute the whole
-  context on every call; ``decode`` has the KV-cached versions.
+The generic loops over any ``logits(tokens)`` model are in ``decoding.reference``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .batched import check_rounds, verify_rounds
-from .sampling import (GREEDY_TEMPERATURE, check_probs, check_same_vocab, check_temperature,
-                       residual_rows, sample, softmax)
-
-
-def check_k(k):
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    return int(k)
+from lessonlib.core.batched import check_rounds, verify_rounds
+from lessonlib.core.sampling import residual_rows
+from lessonlib.core.validate import check_k, check_probs
 
 
 def _check_draft_tokens(draft_tokens, K, V):
@@ -131,80 +123,3 @@ def draft_with_alpha(p, alpha: float, rng: np.random.Generator) -> np.ndarray:
         lo, hi = (mid, hi) if rate(mid) >= alpha else (lo, mid)
     lam = lo if abs(rate(lo) - alpha) <= abs(rate(hi) - alpha) else hi
     return mix(lam)
-
-
-# ----------------------------------------------------------------------------- decoding loops
-
-def _next_logits(model, tokens, name, rows=1):
-    z = np.asarray(model.logits(tokens), dtype=np.float64)
-    if z.ndim != 2 or z.shape[0] < rows:
-        raise ValueError(f"{name}.logits must return a (len(tokens), V) array, got shape {z.shape}")
-    return z[-rows:]
-
-
-def _check_decode_args(prompt, max_new_tokens, temperature, rng):
-    check_temperature(temperature)
-    prompt = [int(t) for t in prompt]
-    if not prompt:
-        raise ValueError("prompt must hold at least one token")
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    greedy = temperature <= GREEDY_TEMPERATURE
-    if not greedy and not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator when temperature > 1e-5")
-    return prompt, greedy
-
-
-def autoregressive_decode(model, prompt, max_new_tokens: int, temperature: float = 1.0, rng=None) -> list[int]:
-    """Plain decoding, one ``model.logits`` call per token: x_t ~ softmax(z_t / T) (argmax at
-    T <= 1e-5). The reference that ``speculative_decode`` must match in distribution."""
-    seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
-    start = len(seq)
-    for _ in range(int(max_new_tokens)):
-        z = _next_logits(model, seq, "model")[0]
-        seq.append(int(np.argmax(z)) if greedy else sample(softmax(z, temperature), rng))
-    return seq[start:]
-
-
-def speculative_decode(target, draft, prompt, k: int, temperature: float = 1.0,
-                       max_new_tokens: int = 32, rng=None):
-    """Chain speculative decoding over two ``logits(tokens)`` models.
-
-    Each round: draft k tokens x_j ~ q_j = softmax(draft logits / T), one ``target.logits``
-    call over context + drafts gives p_0..p_k (same T), then ``verify_chain`` (or
-    ``verify_greedy`` when T <= 1e-5) emits 1..k+1 tokens. Output has the law of sampling
-    from the target alone. Returns (new_tokens, stats): target_calls (= rounds),
-    draft_calls, drafted, accepted, accepted_per_round, alpha (accepted / judged drafts,
-    a round judges its accepted drafts plus the one it rejects), tau (= tokens_per_call,
-    new tokens per target call). The last round's surplus tokens are cut off.
-    """
-    k = check_k(k)
-    seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
-    start, goal = len(seq), len(seq) + int(max_new_tokens)
-    draft_calls, accepted_per_round, rejected = 0, [], 0
-    while len(seq) < goal:
-        drafts, q_rows = [], []
-        for _ in range(k):
-            q = softmax(_next_logits(draft, seq + drafts, "draft")[0], temperature)
-            drafts.append(int(np.argmax(q)) if greedy else sample(q, rng))
-            q_rows.append(q)
-        draft_calls += k
-        p_rows = softmax(_next_logits(target, seq + drafts, "target", rows=k + 1), temperature)
-        check_same_vocab(p_rows, q_rows[0], "target logits", "draft logits")
-        emitted = verify_greedy(p_rows, drafts) if greedy else verify_chain(p_rows, np.stack(q_rows), drafts, rng)
-        accepted_per_round.append(len(emitted) - 1)
-        rejected += len(emitted) - 1 < k
-        seq += emitted
-    new = seq[start:goal]
-    rounds, accepted = len(accepted_per_round), sum(accepted_per_round)
-    return new, {
-        "target_calls": rounds,
-        "draft_calls": draft_calls,
-        "drafted": rounds * k,
-        "accepted": accepted,
-        "accepted_per_round": accepted_per_round,
-        "alpha": accepted / max(1, accepted + rejected),
-        "tau": len(new) / rounds,
-        "tokens_per_call": len(new) / rounds,
-    }
-

@@ -26,13 +26,17 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from . import tree
-from .bench import OUTPUTS, bench_decode, fastest, heldout_prompts
-from .decode import generate, speculative_generate
-from .decode_tree import EagleDrafter, tree_generate
-from .heads import load_head
-from .models import CHECKPOINTS, load
-from .theory import expected_tokens_per_verify
+from lessonlib.core import tree
+from lessonlib.models import data
+from lessonlib import paths
+from lessonlib.bench.decode import bench_decode
+from lessonlib.decoding.timing import fastest
+from lessonlib.decoding.decode import generate, speculative_generate
+from lessonlib.decoding.drafters import EagleDrafter
+from lessonlib.decoding.tree_decode import tree_generate
+from lessonlib.models.heads import load_head
+from lessonlib.models import CHECKPOINTS, load
+from lessonlib.core.theory import expected_tokens_per_verify
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
 TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}
@@ -120,7 +124,7 @@ def run(n_prompts=5, prompt_len=64, new_tokens=128, repeats=3, ks=range(1, 7), d
     step_s, plain_seconds = plain_rows[0]["target_forward_seconds"], plain_rows[0]["prompt_seconds"]
     target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
     eagle = load_head("eagle", target, directory)
-    prompts = heldout_prompts("code", n_prompts, prompt_len)  # the sweep's prompts
+    prompts = data.heldout_prompts("code", n_prompts, prompt_len)  # the sweep's prompts
     trees = {}
     for name, branching in TREES.items():
         rule = functools.partial(tree.draft_topk, branching=branching)
@@ -187,6 +191,7 @@ def main(argv=None):
     report["setup"] = {"corpus": "code (held-out)", "temperature": 0.0, "prompts": args.prompts, "new_tokens": args.new_tokens,
                        "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
                        "seconds": round(time.time() - started, 1)}
+    OUTPUTS = paths.benchmarks()
     OUTPUTS.mkdir(parents=True, exist_ok=True)
     (OUTPUTS / "profile.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     md = markdown(report)

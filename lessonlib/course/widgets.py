@@ -17,7 +17,7 @@ import io
 import numpy as np
 from matplotlib.figure import Figure
 
-from . import plots
+from lessonlib.course import plots
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -139,9 +139,11 @@ def acceptance_summary(p, alpha: float, k: int = 4, c: float = 0.05, seed: int =
     q from ``draft_with_alpha``; overlap = min(p, q) (what accepted drafts cover); residual =
     norm(max(p − q, 0)); measured_alpha = Σ min(p, q); tokens = E(α, k) and speedup at cost c.
     """
-    from . import sampling, speculative, theory
+    from lessonlib.core import sampling
+    from lessonlib.core import chain
+    from lessonlib.core import theory
 
-    q = speculative.draft_with_alpha(p, alpha, np.random.default_rng(seed))
+    q = chain.draft_with_alpha(p, alpha, np.random.default_rng(seed))
     measured = sampling.acceptance_rate(p, q)
     return {
         "q": q, "overlap": np.minimum(p, q), "residual": sampling.residual(p, q),

@@ -15,28 +15,10 @@ import time
 import numpy as np
 import torch
 
-from .sampling import GREEDY_TEMPERATURE, inverse_cdf, sample, softmax
-from .speculative import verify_chain, verify_greedy
-
-
-class Clock:
-    """Accumulates wall time per phase; synchronises CUDA so the times are real."""
-
-    def __init__(self, device):
-        self.cuda = torch.device(device).type == "cuda"
-        self.seconds = {}
-        self.calls = {}
-
-    def __call__(self, phase, fn, *args, **kwargs):
-        if self.cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        out = fn(*args, **kwargs)
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-        self.calls[phase] = self.calls.get(phase, 0) + 1
-        return out
+from lessonlib.core.chain import verify_chain, verify_greedy
+from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, sample, softmax
+from lessonlib.decoding import measures
+from lessonlib.decoding.timing import Clock, untimed
 
 
 def timing_stats(clock: Clock, seconds: float, max_new_tokens: int) -> dict:
@@ -114,15 +96,11 @@ def generate(model, prompt_tokens, max_new_tokens, temperature=0.0, rng=None):
         "seconds": seconds,
         "tokens_per_second": max_new_tokens / seconds,
         "seconds_per_token": seconds / max_new_tokens,
-        "target_forward_seconds": clock.seconds.get("target", 0.0) / max(1, clock.calls.get("target", 0)),
+        "target_forward_seconds": clock.per_call("target"),  # one one-token step, in the loop
     }
 
 
-def _untimed(phase, fn, *args, **kwargs):
-    return fn(*args, **kwargs)
-
-
-def speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng, draft_temperature=None, clock=_untimed):
+def speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng, draft_temperature=None, clock=untimed):
     """One round of chain speculative decoding on KV caches; appends the emitted tokens to
     ``seq`` (a list, changed in place), rolls both caches back, and returns the emitted tokens.
 
@@ -163,10 +141,11 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
     one forward, the exact rule (``verify_chain``; ``verify_greedy`` at T <= 1e-5) accepts
     a prefix and adds one token, and both caches roll back to the committed sequence.
 
-    Returns (new_tokens, stats): tau (tokens per target forward), alpha (accepted / judged,
-    where a round judges its accepted drafts plus the one it rejects, if any),
-    target_calls, draft_calls, draft/verify/overhead seconds, tokens_per_second and the
-    measured cost ratio c = (seconds per draft forward) / (seconds per target verify forward).
+    Returns (new_tokens, stats): tau and alpha (``measures``: alpha is measured while
+    decoding), accepted / judged / drafted counts, target_calls, draft_calls,
+    draft/verify/overhead seconds, tokens_per_second, and the in-loop seconds of one draft
+    step and one verify forward. c and r need a one-token target step, which this loop never
+    takes: ``measures.compare(stats, plain_stats)`` combines it with plain decoding's.
     """
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -192,19 +171,19 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
         rejected += n_ok < k
     seconds = time.perf_counter() - start
     new = seq[goal - max_new_tokens : goal]
-    per_draft = clock.seconds.get("draft", 0.0) / max(1, clock.calls.get("draft", 0))
-    per_verify = clock.seconds.get("verify", 0.0) / max(1, clock.calls.get("verify", 0))
     return new, {
         "k": int(k),
         "temperature": float(temperature),
-        "tau": (len(seq) - (goal - max_new_tokens)) / rounds,
+        "tau": measures.tau(len(seq) - (goal - max_new_tokens), rounds),
         # per-token acceptance: every judged draft is a success or the round's one failure
-        "alpha": accepted / max(1, accepted + rejected),
+        "alpha": measures.alpha(accepted, accepted + rejected),
+        "accepted": accepted,
+        "judged": accepted + rejected,
+        "drafted": drafted,
         "accepted_fraction": accepted / drafted,
         "target_calls": rounds,
         "draft_calls": clock.calls.get("draft", 0),
         **timing_stats(clock, seconds, max_new_tokens),
-        "c": per_draft / per_verify,
-        "draft_forward_seconds": per_draft,
-        "verify_forward_seconds": per_verify,
+        "draft_forward_seconds": clock.per_call("draft"),
+        "verify_forward_seconds": clock.per_call("verify"),
     }

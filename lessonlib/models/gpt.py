@@ -8,21 +8,19 @@
   ``keep`` (compaction after tree verification).
 * Every model also follows the course's ``logits(tokens)`` protocol, so the generic
   ``speculative_decode`` runs on it unchanged.
-* ``load(name)`` returns a shipped checkpoint (safetensors, no pickle).
+* ``pack_for_cpu`` packs the large weights for oneDNN (``packing``); checkpoints live in
+  ``checkpoints``.
 """
 from __future__ import annotations
 
-import json
 import math
-import pathlib
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-CHECKPOINTS = pathlib.Path(__file__).resolve().parent / "assets"
+from lessonlib.models.packing import PackedLinear, can_pack, pack_linears
 
 
 @dataclass(frozen=True)
@@ -32,10 +30,6 @@ class GPTConfig:
     n_layer: int = 8
     n_head: int = 8
     n_embd: int = 256
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class KVCache:
@@ -71,56 +65,6 @@ class KVCache:
         idx = torch.as_tensor(indices, device=self.kv.device) + start
         self.kv[:, :, :, start : start + len(idx)] = self.kv[:, :, :, idx]
         self.length = start + len(idx)
-
-
-# Smaller matrices run faster unpacked (oneDNN costs ~15 us a call). 1 << 16 takes in the
-# target's 256 x 256 attention projection: in the decoding loop, two interleaved runs gave
-# plain steps of 1.29 / 1.27 ms instead of 1.38 / 1.32 (1 << 17) and K = 3 speedups of 1.69x /
-# 1.64x instead of 1.67x / 1.60x.
-PACK_MIN_WEIGHTS = 1 << 16
-
-
-class PackedLinear(nn.Module):
-    """A frozen ``nn.Linear`` whose weight is also packed once into oneDNN's blocked layout (CPU).
-
-    Why: an unpacked matmul with several input rows re-packs the weight on every call, so on a
-    CPU a verify pass over K + 1 tokens costs about 3x a one-token step. Measured on the
-    course's 2-core CPU, one 1024 x 256 weight alone, 1 / 6 / 16 rows: 15.9 / 47.7 / 69.6 us
-    unpacked, 21.0 / 23.9 / 34.4 us packed. Inside the whole target, whose weights do not stay
-    in cache between calls, packed is faster even for one row (see ``GPT.pack_for_cpu``);
-    below ``PACK_MIN_WEIGHTS`` oneDNN's fixed cost per call (~15 us) outweighs the saving.
-    """
-
-    def __init__(self, weight, bias=None):
-        super().__init__()
-        # the same Parameter objects as the nn.Linear's: parameter counts and devices stay right
-        self.weight, self.bias = weight, bias
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach())
-        self.packed_bias = None if bias is None else bias.detach()
-
-    def forward(self, x):
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
-
-
-def pack_linears(module: nn.Module) -> nn.Module:
-    """Replace every ``nn.Linear`` inside ``module`` with at least ``PACK_MIN_WEIGHTS`` weights
-    by a ``PackedLinear``, in place, and freeze the module: inference only."""
-    if not can_pack(module):
-        raise ValueError("packing needs a float32 or bfloat16 model on a CPU with oneDNN (mkldnn)")
-    module.eval().requires_grad_(False)
-    for name, child in module.named_children():
-        if isinstance(child, nn.Linear) and child.weight.numel() >= PACK_MIN_WEIGHTS:
-            setattr(module, name, PackedLinear(child.weight, child.bias))
-        else:
-            pack_linears(child)
-    return module
-
-
-def can_pack(model: nn.Module) -> bool:
-    """Whether ``pack_for_cpu`` can pack this model here (a float32/bfloat16 model on a oneDNN CPU)."""
-    weight = next(model.parameters())
-    return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
 def prefix_mask(mask, start, T, device, dtype=torch.float32):
@@ -214,6 +158,8 @@ class GPT(nn.Module):
         tree pass 4.37 -> 2.17 ms. Packing the one-layer draft does not change its step time,
         so decoding packs the target (and the heads that run beside it) only.
         """
+        if not can_pack(self):  # no oneDNN here (or a GPU / float16 model): plain nn.Linear it is
+            return self
         pack_linears(self)
         self.packed_head = PackedLinear(self.wte.weight)  # the LM head is tied to the embedding
         return self
@@ -265,82 +211,6 @@ class GPT(nn.Module):
             raise ValueError("tokens must hold at least one token")
         idx = idx[:, -self.config.block_size :]
         return self(idx)[0].float().cpu().numpy().astype(np.float64)
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
-    return directory / f"{name}.safetensors", directory / f"{name}.json"
-
-
-STORED_DTYPE = torch.float16  # halves the repository size; the weights are |w| << 1, fp16 is lossless enough
-
-
-def round_trip(state: dict) -> dict:
-    """The state as it will be after saving and loading (float16 storage, float32 compute)."""
-    return {k: v.detach().to("cpu", STORED_DTYPE).float() for k, v in state.items()}
-
-
-def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
-    """Weights as float16 safetensors (no pickle) plus a JSON metadata file."""
-    from safetensors.torch import save_file
-
-    weights, meta_path = checkpoint_paths(name, directory)
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(weights))
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
-
-def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
-    _, meta_path = checkpoint_paths(name, directory)
-    if not meta_path.exists():
-        raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); rebuild it with: {rebuild_command(name)}")
-    return json.loads(meta_path.read_text())
-
-
-def scaled_name(name: str, scale: str = "cpu") -> str:
-    """Checkpoint name at a scale: ``target`` on the CPU scale, ``target-gpu`` on the GPU scale."""
-    return name if scale == "cpu" else f"{name}-{scale}"
-
-
-def rebuild_command(name: str) -> str:
-    if name.startswith(("eagle", "medusa")):
-        kind, _, suffix = name.partition("-")
-        ttt = " --ttt 3" if suffix == "ttt" else ""
-        return f"python -m lessonlib.heads train {kind}{ttt}" + (f" --suffix=-{suffix}" if suffix else "")
-    if name.endswith("-gpu"):
-        return f"python -m lessonlib.train {name.removesuffix('-gpu')} --scale gpu"
-    return f"python -m lessonlib.train {name}"
-
-
-def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    weights, _ = checkpoint_paths(name, directory)
-    if not weights.exists():
-        raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
-    try:
-        return {k: v.float() for k, v in load_file(str(weights)).items()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
-
-
-def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False) -> GPT:
-    """A shipped model ready to use, in eval mode, on ``device`` (default: CUDA if present).
-
-    ``pack=True`` packs its weights for fast CPU decoding (``GPT.pack_for_cpu``; inference only)
-    when it runs on a CPU with oneDNN; on a GPU there is nothing to pack and it is left as is.
-    """
-    meta = read_meta(name, directory)
-    model = GPT(GPTConfig(**meta["config"]))
-    try:
-        model.load_state_dict(load_state(name, directory))
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild_command(name)}") from err
-    model = model.to(device or default_device()).eval()
-    return model.pack_for_cpu() if pack and can_pack(model) else model
 
 
 def config_dict(config: GPTConfig) -> dict:

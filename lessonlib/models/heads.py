@@ -13,27 +13,22 @@ return_hidden=True)``); ``target.lm_head(h_s)`` gives the target's distribution 
   x_{s+2+k} through the target's LM head. No recurrence, so depth k never sees the drafted
   tokens before it.
 
-    python -m lessonlib.heads train eagle [--minutes M] [--ttt 3]
-    python -m lessonlib.heads train medusa [--minutes M]
-    python -m lessonlib.heads train both [--minutes M]     # one target forward feeds both
-
-writes ``lessonlib/assets/{eagle,medusa}.safetensors`` + JSON (config, target, held-out
-top-1 agreement with the target by depth, training time).
+Training is in ``train_heads`` (``python -m lessonlib.models.train_heads both``); it writes
+``lessonlib/assets/{eagle,medusa}.safetensors`` + JSON (config, target, held-out top-1
+agreement with the target by depth, training time).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import data
-from .models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load, load_state, pack_linears, prefix_mask, read_meta, save
-from .train import autocast, distillation_loss, fit, git_revision
+from lessonlib.models import (CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load_state, pack_linears, prefix_mask,
+                              read_meta)
+from lessonlib.models.train import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
 
@@ -173,110 +168,10 @@ def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h):
     return losses, agree
 
 
-class Trainee(nn.Module):
-    """The heads trained together on one target forward per batch (the forward dominates the
-    cost, so training EAGLE and Medusa at once halves it)."""
-
-    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1):
-        super().__init__()
-        self.config, self.ttt_steps = config, ttt_steps
-        self.heads = nn.ModuleDict({kind: build(kind, config, n_heads) for kind in kinds})
-
-    @property
-    def device(self):
-        return next(self.parameters()).device
-
-    def losses(self, target, x):
-        """{kind: (per-depth losses, per-depth top-1 agreements)} on windows ``x``."""
-        t_logits, h = target_outputs(target, x)
-        out = {}
-        for kind, head in self.heads.items():
-            if kind == "eagle":
-                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps)
-            else:
-                out[kind] = medusa_losses(head, target, t_logits, h)
-        return out
-
-
-def _step(model: Trainee, optimizer, x, y, teacher=None, kind=None):
-    """One optimizer step for ``train.fit`` (``teacher`` is the frozen target): the sum over
-    kinds of the mean loss over depths."""
-    with autocast(model.device):
-        losses = model.losses(teacher, x)
-    loss = sum(sum(l) / len(l) for l, _ in losses.values())
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return loss.item()
-
-
-@torch.no_grad()
-def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=0, eagle_depths=4):
-    """Held-out top-1 agreement with the target per depth, teacher-forced windows of ``corpus``
-    (the EAGLE head is unrolled ``eagle_depths`` steps on its own features)."""
-    tokens = data.token_array(corpus, "heldout").astype(np.int64)
-    T = target.config.block_size
-    starts = np.random.default_rng(seed).integers(0, len(tokens) - T - 1, size=n_windows)
-    x = torch.from_numpy(np.stack([tokens[s : s + T] for s in starts])).to(target.device)
-    model.eval()
-    ttt, model.ttt_steps = model.ttt_steps, eagle_depths
-    with autocast(target.device):
-        agree = {kind: [round(float(a), 4) for a in v[1]] for kind, v in model.losses(target, x).items()}
-    model.ttt_steps = ttt
-    return agree
-
-
 def build(kind, config: GPTConfig, n_heads=4):
     if kind not in ("eagle", "medusa"):
         raise ValueError(f"kind must be 'eagle' or 'medusa', got {kind!r}")
     return EagleHead(config) if kind == "eagle" else MedusaHeads(config, n_heads)
-
-
-def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
-                seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False):
-    """Train EAGLE and/or Medusa heads on the frozen shipped target; save each as
-    ``{kind}{suffix}`` and return {kind: meta}. ``resume``: start from those checkpoints (a new
-    learning-rate schedule; steps, tokens and seconds add up in the metadata)."""
-    target = load(target_name, device, directory)
-    for p in target.parameters():
-        p.requires_grad_(False)
-    torch.manual_seed(seed)
-    model = Trainee(target.config, kinds, n_heads, ttt_steps).to(target.device)
-    before = {kind: {"steps": 0, "tokens_seen": 0, "train_seconds": 0.0} for kind in kinds}
-    if resume:
-        for kind, head in model.heads.items():
-            head.load_state_dict(load_state(kind + suffix, directory))
-            before[kind] = read_meta(kind + suffix, directory)
-    state = fit(model, steps, batch_size, lr, seed, step_fn=_step, teacher=target,
-                time_budget_s=None if minutes is None else 60 * minutes, desc="+".join(kinds))
-    agreement = heldout_agreement(model, target)
-    metas = {}
-    for kind, head in model.heads.items():
-        metas[kind] = {
-            "name": kind + suffix,
-            "kind": kind,
-            "target": target_name,
-            "config": dataclasses.asdict(target.config),
-            "n_heads": n_heads if kind == "medusa" else None,
-            "ttt_steps": ttt_steps if kind == "eagle" else None,
-            "trained_with": list(kinds),
-            "params": sum(p.numel() for p in head.parameters()),
-            "steps": before[kind]["steps"] + state["step"],
-            "planned_steps": steps,
-            "runs": before[kind].get("runs", 0) + 1,
-            "batch_size": batch_size,
-            "tokens_seen": before[kind]["tokens_seen"] + state["tokens"],
-            "train_seconds": round(before[kind]["train_seconds"] + state["seconds"], 1),
-            "final_train_loss": float(np.mean(state["losses"][-50:])),
-            "heldout_top1_agreement_by_depth": agreement[kind],
-            "device": str(target.device),
-            "torch": torch.__version__,
-            "git_revision": git_revision(),
-            "seed": seed,
-        }
-        save(head, kind + suffix, metas[kind], directory)
-    return metas
 
 
 def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
@@ -293,34 +188,6 @@ def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:
         raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: "
-                         f"python -m lessonlib.heads train {meta['kind']}") from err
+                         f"python -m lessonlib.models.train_heads {meta['kind']}") from err
     model = model.to(target.device).eval()
     return pack_linears(model) if (target.packed if pack is None else pack) and can_pack(model) else model
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["train"])
-    parser.add_argument("kind", choices=["eagle", "medusa", "both"])
-    parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
-    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    parser.add_argument("--ttt", type=int, default=1, help="EAGLE-3 training-time test: unroll steps (1 = off)")
-    parser.add_argument("--heads", type=int, default=4, help="number of Medusa heads")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--suffix", default="", help="checkpoint name suffix, e.g. -ttt")
-    parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default=None)
-    args = parser.parse_args(argv)
-    kinds = ("eagle", "medusa") if args.kind == "both" else (args.kind,)
-    started = time.time()
-    metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed, args.device,
-                        suffix=args.suffix, resume=args.resume)
-    for meta in metas.values():
-        print({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})
-    print(f"({time.time() - started:.0f} s)")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,21 @@
+"""``python -m lessonlib.bench {decode,tree,profile,gpu} [options]``: each writes JSON and
+Markdown under outputs/benchmarks/ (``--help`` after the name lists its options)."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree",
+            "profile": "lessonlib.bench.profile", "gpu": "lessonlib.bench.gpu"}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__.strip() + "\ncommands: " + ", ".join(COMMANDS), file=sys.stderr)
+        return 2
+    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Checkpoints: float16 safetensors (no pickle) beside a JSON metadata file, and the message
+that says how to rebuild one that is missing or corrupt."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import torch
+import torch.nn as nn
+
+from lessonlib import paths
+from lessonlib.models.gpt import GPT, GPTConfig, can_pack
+
+CHECKPOINTS = paths.ASSETS
+
+
+def default_device() -> str:
+    """The one device helper: CUDA when the installed torch sees a GPU, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
+    return directory / f"{name}.safetensors", directory / f"{name}.json"
+
+
+STORED_DTYPE = torch.float16  # halves the repository size; the weights are |w| << 1, fp16 is lossless enough
+
+
+def round_trip(state: dict) -> dict:
+    """The state as it will be after saving and loading (float16 storage, float32 compute)."""
+    return {k: v.detach().to("cpu", STORED_DTYPE).float() for k, v in state.items()}
+
+
+def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
+    """Weights as float16 safetensors (no pickle) plus a JSON metadata file."""
+    from safetensors.torch import save_file
+
+    weights, meta_path = checkpoint_paths(name, directory)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(weights))
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+    _, meta_path = checkpoint_paths(name, directory)
+    if not meta_path.exists():
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); rebuild it with: {rebuild_command(name)}")
+    return json.loads(meta_path.read_text())
+
+
+def scaled_name(name: str, scale: str = "cpu") -> str:
+    """Checkpoint name at a scale: ``target`` on the CPU scale, ``target-gpu`` on the GPU scale."""
+    return name if scale == "cpu" else f"{name}-{scale}"
+
+
+def rebuild_command(name: str) -> str:
+    if name.startswith(("eagle", "medusa")):
+        kind, _, suffix = name.partition("-")
+        ttt = " --ttt 3" if suffix == "ttt" else ""
+        return f"python -m lessonlib.models.train_heads {kind}{ttt}" + (f" --suffix=-{suffix}" if suffix else "")
+    if name.endswith("-gpu"):
+        return f"python -m lessonlib.models.train {name.removesuffix('-gpu')} --scale gpu"
+    return f"python -m lessonlib.models.train {name}"
+
+
+def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights, _ = checkpoint_paths(name, directory)
+    if not weights.exists():
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
+    try:
+        return {k: v.float() for k, v in load_file(str(weights)).items()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+
+
+def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False) -> GPT:
+    """A shipped model ready to use, in eval mode, on ``device`` (default: CUDA if present).
+
+    ``pack=True`` packs its weights for fast CPU decoding (``GPT.pack_for_cpu``; inference only)
+    when it runs on a CPU with oneDNN; on a GPU there is nothing to pack and it is left as is.
+    """
+    meta = read_meta(name, directory)
+    model = GPT(GPTConfig(**meta["config"]))
+    try:
+        model.load_state_dict(load_state(name, directory))
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild_command(name)}") from err
+    model = model.to(device or default_device()).eval()
+    return model.pack_for_cpu() if pack and can_pack(model) else model
+

@@ -1,0 +1,134 @@
+"""Train the EAGLE head and Medusa heads on the frozen shipped target:
+
+    python -m lessonlib.models.train_heads both
+    python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE-3's training-time test
+
+Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
+the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
+from lessonlib.models import data
+from lessonlib.models.heads import build, eagle_losses, medusa_losses, target_outputs
+from lessonlib.models.train import autocast, distillation_loss, fit, optimizer_step, run_metadata
+
+
+class Trainee(nn.Module):
+    """The heads trained together on one target forward per batch (the forward dominates the
+    cost, so training EAGLE and Medusa at once halves it)."""
+
+    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1):
+        super().__init__()
+        self.config, self.ttt_steps = config, ttt_steps
+        self.heads = nn.ModuleDict({kind: build(kind, config, n_heads) for kind in kinds})
+
+    @property
+    def device(self):
+        return next(self.parameters()).device
+
+    def losses(self, target, x):
+        """{kind: (per-depth losses, per-depth top-1 agreements)} on windows ``x``."""
+        t_logits, h = target_outputs(target, x)
+        out = {}
+        for kind, head in self.heads.items():
+            if kind == "eagle":
+                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps)
+            else:
+                out[kind] = medusa_losses(head, target, t_logits, h)
+        return out
+
+
+def _step(model: Trainee, optimizer, x, y, teacher=None, kind=None):
+    """One optimizer step for ``train.fit`` (``teacher`` is the frozen target): the sum over
+    kinds of the mean loss over depths."""
+    with autocast(model.device):
+        losses = model.losses(teacher, x)
+    return optimizer_step(model, optimizer, sum(sum(l) / len(l) for l, _ in losses.values()))
+
+
+@torch.no_grad()
+def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=0, eagle_depths=4):
+    """Held-out top-1 agreement with the target per depth, teacher-forced windows of ``corpus``
+    (the EAGLE head is unrolled ``eagle_depths`` steps on its own features)."""
+    tokens = data.token_array(corpus, "heldout").astype(np.int64)
+    T = target.config.block_size
+    starts = np.random.default_rng(seed).integers(0, len(tokens) - T - 1, size=n_windows)
+    x = torch.from_numpy(np.stack([tokens[s : s + T] for s in starts])).to(target.device)
+    model.eval()
+    ttt, model.ttt_steps = model.ttt_steps, eagle_depths
+    with autocast(target.device):
+        agree = {kind: [round(float(a), 4) for a in v[1]] for kind, v in model.losses(target, x).items()}
+    model.ttt_steps = ttt
+    return agree
+
+
+def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
+                seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False):
+    """Train EAGLE and/or Medusa heads on the frozen shipped target; save each as
+    ``{kind}{suffix}`` and return {kind: meta}. ``resume``: start from those checkpoints (a new
+    learning-rate schedule; steps, tokens and seconds add up in the metadata)."""
+    target = load(target_name, device, directory)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(seed)
+    model = Trainee(target.config, kinds, n_heads, ttt_steps).to(target.device)
+    before = {kind: {} for kind in kinds}
+    if resume:
+        for kind, head in model.heads.items():
+            head.load_state_dict(load_state(kind + suffix, directory))
+            before[kind] = read_meta(kind + suffix, directory)
+    state = fit(model, steps, batch_size, lr, seed, step_fn=_step, teacher=target,
+                time_budget_s=None if minutes is None else 60 * minutes, desc="+".join(kinds))
+    agreement = heldout_agreement(model, target)
+    metas = {}
+    for kind, head in model.heads.items():
+        metas[kind] = {
+            "name": kind + suffix,
+            "kind": kind,
+            "target": target_name,
+            "config": dataclasses.asdict(target.config),
+            "n_heads": n_heads if kind == "medusa" else None,
+            "ttt_steps": ttt_steps if kind == "eagle" else None,
+            "trained_with": list(kinds),
+            "params": sum(p.numel() for p in head.parameters()),
+            **run_metadata(state, steps, batch_size, target.device, seed, before[kind]),
+            "heldout_top1_agreement_by_depth": agreement[kind],
+        }
+        save(head, kind + suffix, metas[kind], directory)
+    return metas
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=["eagle", "medusa", "both"])
+    parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
+    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
+    parser.add_argument("--ttt", type=int, default=1, help="EAGLE-3 training-time test: unroll steps (1 = off)")
+    parser.add_argument("--heads", type=int, default=4, help="number of Medusa heads")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--suffix", default="", help="checkpoint name suffix, e.g. -ttt")
+    parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+    kinds = ("eagle", "medusa") if args.kind == "both" else (args.kind,)
+    started = time.time()
+    metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed, args.device,
+                        suffix=args.suffix, resume=args.resume)
+    for meta in metas.values():
+        print({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})
+    print(f"({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
