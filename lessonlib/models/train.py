@@ -11,7 +11,6 @@ faster than float32; the weights and optimizer state stay float32.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import platform
 import subprocess
@@ -23,9 +22,16 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from lessonlib.models import data
-from lessonlib.models import CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, round_trip, save, scaled_name
+from lessonlib.models.steps import autocast, optimizer_step  # noqa: F401 (re-exported for train_heads, notebooks)
+from lessonlib.models import (CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, load_state, read_meta,
+                              round_trip, save, scaled_name)
 
 TARGET_CONFIG = GPTConfig(n_layer=8, n_head=8, n_embd=256, block_size=256)
+# Target v2 (issue 17): deep and narrow, so that on a CPU -- where a step costs per layer --
+# a one-layer draft or head costs a few percent of a step, as a 1-layer head does beside a
+# 7B-70B model on a GPU. Chosen with ``python -m lessonlib.bench shapes`` (outputs/benchmarks/shapes.md).
+TARGET_V2_CONFIG = GPTConfig(n_layer=24, n_head=5, n_embd=160, block_size=256)
+MTP_DEPTH = 2  # DeepSeek-V3 trains D = 1; two modules let the target draft two tokens for itself
 # One layer: a draft step is dispatch-bound on a CPU, so its cost follows the number of layers,
 # not the width (measured in the decoding loop: 0.164 ms for 1 x 128, 0.275 ms for 2 x 128)
 DRAFT_CONFIG = GPTConfig(n_layer=1, n_head=4, n_embd=128, block_size=256)
@@ -95,12 +101,6 @@ class Batches:
         return self
 
 
-def autocast(device):
-    if torch.device(device).type == "cuda" or torch.backends.mkldnn.is_available():
-        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 @torch.no_grad()
 def bits_per_byte(model: GPT, corpus: str, max_tokens: int = 60_000, split: str = "heldout") -> float:
     """Held-out cross-entropy in bits per UTF-8 byte, over non-overlapping windows."""
@@ -140,18 +140,8 @@ def train_step(model, optimizer, x, y, teacher=None, kind="ce"):
     return optimizer_step(model, optimizer, distillation_loss(logits, teacher_logits, kind, labels=y))
 
 
-def optimizer_step(model, optimizer, loss) -> float:
-    """The one optimizer step every trainer takes: clear the old gradients (else they add up
-    across steps), backpropagate, clip the gradient norm to 1, step; returns the loss value."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return loss.item()
-
-
 def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, kind="ce", state=None, time_budget_s=None,
-        desc="train", checkpoint=None):
+        desc="train", checkpoint=None, checkpoint_every=500):
     """Run ``steps`` optimizer steps (or stop at ``time_budget_s``); returns the state dict.
 
     ``state`` holds ``step``, ``tokens``, ``seconds``, ``losses`` and the optimizer, so a
@@ -177,7 +167,7 @@ def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, ki
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss:.3f}")
         elapsed = time.time() - started
-        if checkpoint and (step + 1) % 500 == 0:
+        if checkpoint and (step + 1) % checkpoint_every == 0:
             checkpoint(state | {"optimizer": optimizer.state_dict(), "seconds": state["seconds"] + elapsed})
         if time_budget_s is not None and elapsed > time_budget_s:
             break
@@ -226,8 +216,10 @@ RECIPES = {
     "draft-ce": (DRAFT_CONFIG, 1e-3, 32, "ce", None, "draft-base"),
     "draft-kl": (DRAFT_CONFIG, 1e-3, 32, "fkl", "target", "draft-base"),
     "mini": (MINI_CONFIG, 3e-3, 8, "ce", None, None),
+    # trained with MTP modules (lessonlib.models.mtp), saved beside it as target-v2-mtp
+    "target-v2": (TARGET_V2_CONFIG, 1.5e-3, 32, "mtp", None, None),
 }
-DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50}
+DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50, "target-v2": 2400}
 
 
 def recipe(name: str, scale: str = "cpu"):
@@ -243,33 +235,66 @@ def recipe(name: str, scale: str = "cpu"):
     return config, lr, batch, kind, teacher, init, scaled_name(name, scale)
 
 
+OBJECTIVES = {"ce": "cross-entropy on ground truth", "fkl": "forward KL to the target",
+              "mtp": "cross-entropy on ground truth + (lambda / D) sum_d MTP cross-entropy (lambda 0.3, then 0.1)"}
+
+
+def _trainee(config, kind, device, steps):
+    """The module ``fit`` steps: the GPT, or the GPT with its MTP modules (``kind == "mtp"``)."""
+    from lessonlib.models.mtp import TargetWithMTP, mtp_train_step
+
+    gpt = GPT(config).to(device)
+    if kind != "mtp":
+        return gpt, gpt, train_step
+    return TargetWithMTP(gpt, MTP_DEPTH, steps).to(device), gpt, mtp_train_step
+
+
+def _resume_state(model, run_path, name, out_dir):
+    """The saved run state (full, with the optimizer) or, when only the shipped checkpoint of
+    an unfinished run is here (a new machine), its weights and counters with a new optimizer."""
+    if run_path.exists():
+        saved = torch.load(run_path, weights_only=True)
+        model.load_state_dict(saved.pop("model"))
+        return saved
+    meta_path = out_dir / f"{name}.json"
+    if not meta_path.exists():
+        return None
+    meta = read_meta(name, out_dir)
+    gpt = getattr(model, "gpt", model)
+    gpt.load_state_dict(load_state(name, out_dir))
+    if hasattr(model, "mtp"):
+        model.mtp.load_state_dict(load_state(f"{name}-mtp", out_dir))
+    return {"step": meta["steps"], "tokens": meta["tokens_seen"], "seconds": meta["train_seconds"], "losses": [],
+            "optimizer_restarted_at": meta["steps"]}
+
+
 def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, out_dir=CHECKPOINTS, scale="cpu"):
     config, lr, batch, kind, teacher_name, init, name = recipe(name, scale)
     device = device or default_device()
     torch.manual_seed(seed)
-    model = GPT(config).to(device)
+    model, gpt, step_fn = _trainee(config, kind, device, steps)
     if init:
-        model.load_state_dict(load(init, device).state_dict())
+        gpt.load_state_dict(load(init, device).state_dict())
     run_path = RUNS / f"{name}.pt"
-    state = None
-    if resume and run_path.exists():
-        saved = torch.load(run_path, weights_only=True)
-        model.load_state_dict(saved.pop("model"))
-        state = saved
+    state = _resume_state(model, run_path, name, out_dir) if resume else None
+    if kind == "mtp":
+        model.step = state["step"] if state else 0
     teacher = load(teacher_name, device) if teacher_name else None
 
     def checkpoint(s):
         run_path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(s | {"model": model.state_dict()}, run_path)
 
-    state = fit(model, steps, batch, lr, seed + (init is not None), teacher=teacher, kind=kind, state=state,
-                time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint)
+    state = fit(model, steps, batch, lr, seed + (init is not None), step_fn=step_fn, teacher=teacher, kind=kind,
+                state=state, time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint,
+                checkpoint_every=50 if kind == "mtp" else 500)
     checkpoint(state)
+    trainee, model = model, gpt
     meta = {
         "name": name,
         "config": config_dict(config),
         "params": model.num_params(),
-        "objective": {"ce": "cross-entropy on ground truth", "fkl": "forward KL to the target"}[kind],
+        "objective": OBJECTIVES[kind],
         "teacher": teacher_name,
         "initialised_from": init,
         "corpus": "train split of code + prose (lessonlib.data), windows sampled by corpus size",
@@ -277,9 +302,14 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         **run_metadata(state, steps, batch, device, seed),
         "heldout_bits_per_byte": None,  # filled below, after rounding to the stored precision
     }
+    if "optimizer_restarted_at" in state:
+        meta["optimizer_restarted_at"] = state["optimizer_restarted_at"]
     model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships
     meta["heldout_bits_per_byte"] = {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA}
     save(model, name, meta, out_dir)
+    if kind == "mtp":  # the modules ship beside the target, with the same run metadata
+        save(trainee.mtp, f"{name}-mtp", meta | {"name": f"{name}-mtp", "kind": "mtp", "depth": MTP_DEPTH, "target": name,
+                                                  "params": sum(p.numel() for p in trainee.mtp.parameters())}, out_dir)
     return model, meta
 
 

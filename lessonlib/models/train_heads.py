@@ -19,7 +19,8 @@ import torch.nn as nn
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
 from lessonlib.models.heads import build, eagle_losses, medusa_losses, target_outputs
-from lessonlib.models.train import autocast, distillation_loss, fit, optimizer_step, run_metadata
+from lessonlib.models.steps import autocast, optimizer_step
+from lessonlib.models.train import distillation_loss, fit, run_metadata
 
 
 class Trainee(nn.Module):

@@ -1,0 +1,33 @@
+"""``python -m lessonlib.course.skill``: regenerate the skill file, or print one decision."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lessonlib.course.skill.recommend import recommend
+from lessonlib.course.skill.render import _jsonable, write_skill
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m lessonlib.course.skill",
+                                     description="Regenerate outputs/skill-speculative-tuning.md from "
+                                                 "outputs/benchmarks/temperature.json, or print the decision for "
+                                                 "your own alpha and c.")
+    parser.add_argument("--alpha", type=float, help="print the decision for this measured alpha instead")
+    parser.add_argument("--c", type=float, default=0.1, help="draft step / one-token target step (with --alpha)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--measurements", default=None, help="default: lessonlib.paths.benchmarks()/temperature.json")
+    parser.add_argument("--out", default=None, help="default: lessonlib.paths.outputs()/skill-speculative-tuning.md")
+    args = parser.parse_args(argv)
+    if args.alpha is not None:
+        decision = recommend(args.alpha, args.c, args.temperature, args.concurrency)
+        print(json.dumps(decision, indent=2, default=_jsonable))
+        return 0
+    print(f"wrote {write_skill(args.measurements, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

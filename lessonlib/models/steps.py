@@ -1,0 +1,23 @@
+"""The pieces every trainer shares: bf16 autocast where the hardware has it, and the one
+optimizer step (``train``, ``train_heads`` and the MTP trainer use both)."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def autocast(device):
+    if torch.device(device).type == "cuda" or torch.backends.mkldnn.is_available():
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def optimizer_step(model, optimizer, loss) -> float:
+    """The one optimizer step every trainer takes: clear the old gradients (else they add up
+    across steps), backpropagate, clip the gradient norm to 1, step; returns the loss value."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
