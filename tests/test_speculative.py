@@ -1,7 +1,7 @@
 """Speculative sampling is exact: by enumeration, statistically (with negative controls that
 must fail the same test) and at sequence level through ``speculative_decode``.
 
-The negative controls live here, built from library pieces: the *scalar-q residual bug*
+The negative controls: the *scalar-q residual bug* (from ``lessonlib.course.checks.wrong``)
 (after rejecting x, draw from norm(max(p - q(x), 0)), subtracting the scalar q(x) from
 every entry) and an *always-accept* sampler (emits the draft token, i.e. samples q).
 """
@@ -13,8 +13,9 @@ from lessonlib import (acceptance_rate, autoregressive_decode, chi_square, draft
                        exact_output_distribution, simulate_rounds, softmax, speculative_decode,
                        verify_chain, verify_greedy)
 from lessonlib.core.batched import verify_rounds
-from lessonlib.core.sampling import inverse_cdf, residual_rows
+from lessonlib.core.sampling import inverse_cdf
 from lessonlib.core.chain import exact_round_distribution
+from lessonlib.course.checks import wrong
 
 LEVEL = 1e-3  # false-alarm rate of every chi-square test below
 
@@ -121,12 +122,9 @@ def test_draft_with_alpha_hits_alpha(alpha):
 # ----------------------------------------------------------------------------- statistical
 
 
-def first_tokens_scalar_q_bug(p, q, n, rng):
-    """Negative control: the residual subtracts the scalar q(x) of the rejected draft."""
-    x = inverse_cdf(q[0], rng.random(n))
-    accept = rng.random(n) * q[0, x] < p[0, x]
-    wrong = residual_rows(np.broadcast_to(p[0], (n, p.shape[1])), q[0, x][:, None])
-    return np.where(accept, x, inverse_cdf(wrong, rng.random(n)))
+# the scalar-q bug, vectorised, and its exact first-token law: from the one catalogue of wrong implementations
+first_tokens_scalar_q_bug = wrong.first_tokens_scalar_q
+scalar_q_bug_law = wrong.scalar_q_first_token_law
 
 
 def first_tokens_always_accept(p, q, n, rng):
@@ -136,13 +134,6 @@ def first_tokens_always_accept(p, q, n, rng):
 
 def first_tokens_correct(p, q, n, rng):
     return simulate_rounds(p, q, n, rng, "numpy")[0][:, 0]
-
-
-def scalar_q_bug_law(p0, q0):
-    """Exact first-token law under the scalar-q bug (for the power calculation)."""
-    a = np.minimum(1.0, p0 / q0)
-    wrong = residual_rows(np.broadcast_to(p0, (p0.size,) * 2), q0[:, None])
-    return q0 * a + (q0 * (1 - a)) @ wrong
 
 
 N_STAT = 20000

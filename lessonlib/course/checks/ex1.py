@@ -1,0 +1,226 @@
+"""Checks for notebook 1, the exact rule: 1a residual, 1b one verification round, 1c the greedy rule."""
+from __future__ import annotations
+
+import numpy as np
+
+from lessonlib.core import chain, sampling
+from lessonlib.course.checks import wrong
+from lessonlib.course.checks.framework import (call, chi_square_gate, emitted_tokens, expect_close, expect_equal, fail,
+                                               random_rows, rejects, run_check)
+
+# ----------------------------------------------------------------------------- 1a residual
+
+ZERO_MASS = "max(p - q, 0) sums to 0 here; the contract says return p in that case"
+RESIDUAL = "residual = max(p - q, 0) / sum(max(p - q, 0)): subtract the whole q vector, then normalise"
+
+
+def _residual_cases():
+    rng = np.random.default_rng(101)
+    p, q = random_rows(rng, (2, 8))
+    one_hot = np.eye(8)
+    zero_q = q.copy()
+    zero_q[[1, 4]] = 0.0
+    zero_q /= zero_q.sum()
+    return [
+        ("random p and q (vocab 8)", p, q, RESIDUAL),
+        ("q is 0 where p is not", p, zero_q, RESIDUAL),
+        ("p == q (no residual mass)", p, p.copy(), ZERO_MASS),
+        ("disjoint supports", np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.25, 0.75]), RESIDUAL),
+        ("one-hot p", one_hot[3], q, RESIDUAL),
+        ("one-hot q", p, one_hot[5], RESIDUAL),
+        ("one-hot p == one-hot q", one_hot[2], one_hot[2].copy(), ZERO_MASS),
+    ]
+
+
+def _verify_residual(residual):
+    cases = _residual_cases()
+    for case, p, q, hint in cases:
+        p_in, q_in = p.copy(), q.copy()
+        got = call(residual, case, p_in, q_in)
+        if not (np.array_equal(p_in, p) and np.array_equal(q_in, q)):
+            fail(case, "your function modified its inputs p or q",
+                 hint="work on a new array (np.maximum(p - q, 0) makes one)")
+        expect_close(case, got, sampling.residual(p, q), atol=1e-12, hint=hint)
+    rng = np.random.default_rng(102)
+    worst = 0.0
+    for p, q in random_rows(rng, (200, 2, 16), zero_fraction=0.3):
+        alpha = np.minimum(p, q).sum()
+        recon = np.minimum(p, q) + (1 - alpha) * np.asarray(call(residual, "200 random pairs", p, q))
+        worst = max(worst, float(np.abs(recon - p).max()))
+    if worst > 1e-12:
+        fail("200 random pairs (vocab 16, 30% zeros)", f"min(p, q) + (1 - alpha) * residual differs from p by {worst:.3g}",
+             hint=RESIDUAL)
+    return [f"matches the reference on {len(cases)} cases (p == q, disjoint supports, zeros, one-hot) to 1e-12",
+            f"min(p, q) + (1 − α)·residual(p, q) = p on 200 random pairs (largest error {worst:.1e})",
+            "inputs left unmodified"]
+
+
+def exercise_1a(residual):
+    """Check ``residual(p, q)``: max(p − q, 0) normalised, p itself when that has no mass."""
+    return run_check("1a", residual, sampling.residual, _verify_residual)
+
+
+# ----------------------------------------------------------------------------- 1b one round, in distribution
+
+# Rows for the statistical check: vocab 6, K = 2. Token 5 has p = 0 at position 0 but q > 0 (a
+# draft proposal the target forbids), token 4 has q = 0 at position 0 (only reachable through
+# the residual), and each position has its own p so a row mix-up changes the histograms.
+CHAIN_P = np.array([[0.40, 0.25, 0.15, 0.10, 0.10, 0.00],
+                    [0.05, 0.10, 0.20, 0.30, 0.15, 0.20],
+                    [0.10, 0.40, 0.05, 0.05, 0.20, 0.20]])
+CHAIN_Q = np.array([[0.15, 0.15, 0.25, 0.20, 0.00, 0.25],
+                    [0.20, 0.10, 0.10, 0.30, 0.20, 0.10]])
+CHAIN_ROUNDS = 6000
+CHAIN_LEVEL = 1e-4  # per test; four tests -> a correct verifier fails with probability < 0.04%
+
+ACCEPT = ("accept draft i with probability min(1, p_i(x)/q_i(x)): draw a fresh u for each draft (u = rng.random()), "
+          "accept if u < p_i(x)/q_i(x), and stop at the first rejection")
+CORRECTION = ("at a rejection sample the correction from residual(p_i, q_i) of that position, with its own random "
+              "draw (not the u you compared)")
+
+
+def chain_length_probs(p_rows, q_rows):
+    """Exact P(a round emits L tokens), L = 1..K+1, for per-position acceptance α_i = Σ min(p_i, q_i)."""
+    alphas = np.minimum(p_rows[:-1], q_rows).sum(-1)
+    reach = np.concatenate([[1.0], np.cumprod(alphas)])  # P(first i drafts all accepted)
+    return reach * np.append(1 - alphas, 1.0)
+
+
+def _rounds(verify_chain, rounds, seed, p_rows, q_rows):
+    rng = np.random.default_rng(seed)
+    k, vocab = q_rows.shape
+    drafts = np.stack([rng.choice(vocab, size=rounds, p=q) for q in q_rows], axis=1)
+    case = "statistical test"
+    outs = [emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, d, rng), k) for d in drafts]
+    for out, d in zip(outs, drafts):
+        if out[:-1] != [int(t) for t in d[: len(out) - 1]]:
+            fail(case, "every emitted token before the last must be an accepted draft token, in order",
+                 expected=f"a prefix of the draft {d.tolist()} plus one token", got=out)
+    return outs
+
+
+def chain_statistics(verify_chain, rounds=CHAIN_ROUNDS, seed=2, p_rows=CHAIN_P, q_rows=CHAIN_Q, level=CHAIN_LEVEL):
+    """Run ``verify_chain`` for ``rounds`` rounds on drafts sampled from q; test four histograms.
+
+    Exact targets: length L ~ chain_length_probs; first token ~ p_0; token 2 given L ≥ 2 ~ p_1;
+    the bonus given L = K+1 ~ p_K. Returns the p-values; raises ``CheckFailed`` on a rejection.
+    """
+    k, vocab = q_rows.shape
+    outs = _rounds(verify_chain, rounds, seed, p_rows, q_rows)
+    lengths = np.array([len(o) for o in outs])
+    tokens = [f"token {i}" for i in range(vocab)]
+
+    def gate(case, picked, row, hint):
+        return chi_square_gate(case, np.bincount(picked, minlength=vocab), row, level, hint, tokens)
+
+    return {
+        "length": chi_square_gate("number of tokens per round", np.bincount(lengths - 1, minlength=k + 1),
+                                  chain_length_probs(p_rows, q_rows), level, ACCEPT,
+                                  [f"{n} tokens" for n in range(1, k + 2)]),
+        "first token": gate("first emitted token", [o[0] for o in outs], p_rows[0], CORRECTION),
+        "second token": gate("second token (rounds with ≥ 2 tokens)", [o[1] for o in outs if len(o) > 1], p_rows[1],
+                             "position i uses p_rows[i] and q_rows[i]; " + ACCEPT),
+        "bonus token": gate("bonus token (all K accepted)", [o[-1] for o in outs if len(o) == k + 1], p_rows[k],
+                            "after K acceptances sample the bonus from p_rows[K]"),
+    }
+
+
+def _hand_cases(verify_chain):
+    one_hot = np.eye(5)
+    p_rows, q_rows = one_hot[[1, 3, 4, 0]], one_hot[[1, 3, 4]]
+    rng = np.random.default_rng(7)
+    case = "p == q, one-hot"
+    for _ in range(20):
+        out = emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, np.array([1, 3, 4]), rng), 3)
+        expect_equal(case, out, [1, 3, 4, 0], "when p == q every draft is accepted (u < 1 always; judge draft j "
+                                              "with p_rows[j] and q_rows[j]) and the bonus comes from p_rows[K]")
+    p_rows = np.array([[0.5, 0.5, 0, 0], [0.25, 0.25, 0.25, 0.25]])
+    q_rows = np.array([[0, 0, 0.5, 0.5]])
+    case = "disjoint supports"
+    for _ in range(50):
+        out = emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, np.array([2]), rng), 1)
+        if len(out) != 1 or out[0] not in (0, 1):
+            fail(case, "p(x) = 0 for the drafted token, so it must be rejected and the correction drawn from the "
+                 "residual (= p here)", expected="one token, 0 or 1", got=out,
+                 hint="accept x only if u < p(x)/q(x); p(x) = 0 never passes" if out[0] == 2 else
+                 "stop at the first rejection: the correction is the round's last token (no bonus after it)")
+
+
+def _verify_chain_fn(verify_chain):
+    _hand_cases(verify_chain)
+    p_values = chain_statistics(verify_chain)
+    controls = [rejects(chain_statistics, name, fn) for name, fn in wrong.controls("1b").items()]
+    return ["p == q accepts all K and adds the bonus; a draft with p(x) = 0 is always rejected",
+            f"chi-square tests on {CHAIN_ROUNDS} rounds (vocab 6, K = 2) at level {CHAIN_LEVEL:g} each "
+            f"(false alarm < {4 * CHAIN_LEVEL:.2%} for a correct verifier): "
+            + ", ".join(f"{k} p = {v:.2g}" for k, v in p_values.items()),
+            "negative controls, same test: " + "; ".join(controls)]
+
+
+def exercise_1b(verify_chain):
+    """Check ``verify_chain(p_rows, q_rows, draft_tokens, rng)``: one stochastic verification round."""
+    return run_check("1b", verify_chain, chain.verify_chain, _verify_chain_fn)
+
+
+# ----------------------------------------------------------------------------- 1c the greedy rule
+
+GREEDY_HINTS = {"all K match": "when all K drafts match, append the bonus argmax of p_rows[K]",
+                "first draft wrong": "at the first mismatch emit the target's argmax there, then stop",
+                "third draft wrong": "keep the matching prefix, then the target's argmax at the mismatch, then stop",
+                "last draft wrong": "a mismatch at the last draft emits argmax p_rows[K-1]; no bonus",
+                "K = 1, match": "K = 1: one draft plus the bonus"}
+SHIFTED = ("compare x_j with argmax p_rows[j]: row j is the target's distribution at draft j's position "
+           "(row j + 1 is for the token after it)")
+
+
+def _greedy_rule(p_rows, draft, shift=0, axis=-1):
+    """The greedy rule comparing x_j with argmax p_rows[j + shift] (shift 1: the classic row mix-up;
+    axis 0: the argmax down each column instead of along each row)."""
+    best = np.argmax(p_rows, axis=axis)
+    for j, x in enumerate(draft):
+        if j + shift >= len(best) or x != best[j + shift]:
+            return [int(t) for t in draft[:j]] + [int(best[min(j + shift, len(best) - 1)])]
+    return [int(t) for t in draft] + [int(best[-1])]
+
+
+def _greedy_hint(case, rows, draft, out):
+    if out == _greedy_rule(rows, draft, shift=1):
+        return SHIFTED
+    if out == _greedy_rule(rows, draft, axis=0):
+        return "the target's choice at position j is the argmax of row j: np.argmax(p_rows, axis=-1), not axis=0"
+    return GREEDY_HINTS.get(case)
+
+
+def _verify_greedy_fn(verify_greedy):
+    rng = np.random.default_rng(11)
+    k, vocab = 4, 10
+    p_rows = random_rows(rng, (k + 1, vocab))
+    best = p_rows.argmax(-1)
+    wrong_tokens = (best + 1) % vocab
+    cases = {"all K match": best[:k],
+             "first draft wrong": np.r_[wrong_tokens[0], best[1:k]],
+             "third draft wrong": np.r_[best[:2], wrong_tokens[2], best[3:k]],
+             "last draft wrong": np.r_[best[: k - 1], wrong_tokens[k - 1]],
+             "K = 1, match": best[:1]}
+    for case, draft in cases.items():
+        rows = p_rows[: len(draft) + 1]
+        out = emitted_tokens(case, call(verify_greedy, case, rows, np.array(draft)), len(draft))
+        want = chain.verify_greedy(rows, draft)
+        if out != want:
+            expect_equal(case, out, want, _greedy_hint(case, rows, draft, out))
+    for i in range(300):
+        rows = random_rows(rng, (k + 1, vocab))
+        draft = np.where(rng.random(k) < 0.7, rows[:k].argmax(-1), rng.integers(vocab, size=k))
+        case = f"random case {i}"
+        out = emitted_tokens(case, call(verify_greedy, case, rows, draft), k)
+        want = chain.verify_greedy(rows, draft)
+        if out != want:
+            expect_equal(case, out, want, _greedy_hint(case, rows, draft, out) or "accept drafts while they equal "
+                         "argmax p_rows[j]; at the first mismatch emit that argmax and stop; else add the bonus")
+    return ["matches on the five hand cases (all match, mismatch first / middle / last, K = 1)",
+            "matches the reference on 300 random rounds (vocab 10, K = 4)"]
+
+
+def exercise_1c(verify_greedy):
+    """Check ``verify_greedy(p_rows, draft_tokens)``: the temperature-0 rule."""
+    return run_check("1c", verify_greedy, chain.verify_greedy, _verify_greedy_fn)

@@ -1,0 +1,210 @@
+"""Checks for notebook 4, EAGLE trees: 4a the mask, 4b top-k drafting, 4c greedy and 4d sampled verification."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from lessonlib.core import tree
+from lessonlib.course.checks import wrong
+from lessonlib.course.checks.framework import call, chi_square_gate, expect_equal, fail, run_check, with_controls
+
+
+def _random_tree(rng, n):
+    return np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- 4a the tree attention mask
+
+MASK = "mask[i, j] is True iff j == i or j is an ancestor of i (walk up parents[] until -1)"
+
+
+def _mask_hint(got, want):
+    n = len(want)
+    if np.array_equal(got, want.T):
+        return "that is the transpose: row i must mark i's ancestors (its own past), not its descendants"
+    if np.array_equal(got, np.tril(np.ones((n, n), dtype=bool))):
+        return "that is the causal mask: a node must not see its siblings or their subtrees. " + MASK
+    return MASK
+
+
+def _verify_tree_mask(build_tree_mask):
+    cases = {"the lesson's tree (root -> a, b; a -> c, d; b -> e, f)": np.array([-1, -1, 0, 0, 1, 1]),
+             "a chain of 4": np.array([-1, 0, 1, 2]), "one node": np.array([-1])}
+    rng = np.random.default_rng(40)
+    cases.update({f"random tree #{i} ({n} nodes)": _random_tree(rng, n) for i, n in enumerate((7, 15, 30))})
+    for case, parents in cases.items():
+        got = np.asarray(call(build_tree_mask, case, parents))
+        if got.shape != (len(parents), len(parents)):
+            fail(case, f"the mask must be (N, N) = {(len(parents),) * 2}, got shape {got.shape}")
+        want = tree.tree_attention_mask(parents)
+        got = got.astype(bool)
+        if not np.array_equal(got, want):
+            i, j = np.argwhere(got != want)[0]
+            fail(case, f"mask[{i}, {j}] is {bool(got[i, j])}, expected {bool(want[i, j])} "
+                 f"(node {i}'s ancestors: {np.flatnonzero(want[i] & (np.arange(len(want)) != i)).tolist()})",
+                 want.astype(int), got.astype(int), _mask_hint(got, want))
+    return ["matches the ancestor rule on the lesson's tree, a chain, one node and 3 random trees"]
+
+
+def exercise_4a(build_tree_mask):
+    """Check ``build_tree_mask(parents)`` -> bool (N, N), mask[i, j] iff j is i or an ancestor."""
+    verify = with_controls(_verify_tree_mask, wrong.controls("4a"))
+    return run_check("4a", build_tree_mask, tree.tree_attention_mask, verify)
+
+
+# ----------------------------------------------------------------------------- 4b top-k drafting
+
+
+def markov_expand(table, context_token=0):
+    """A toy draft for the tree checks: log q(next | node) = log table[token of the node]."""
+    def expand(parents, tokens, nodes):
+        nodes = np.asarray(nodes)
+        last = np.full(len(nodes), context_token)
+        last[nodes >= 0] = np.asarray(tokens)[nodes[nodes >= 0]]
+        return np.log(table[last])
+    return expand
+
+
+def draft_topk_tree_reference(expand, branching):
+    """The reference for 4b: ``tree.draft_topk``'s (parents, tokens), without the scores."""
+    return tree.draft_topk(expand, branching)[:2]
+
+
+RANKS = "a node's r-th child carries the r-th most likely token of the draft at that node"
+TIES = "ties go to the lower token id: np.argsort(-logq, kind='stable') keeps equal values in id order"
+
+
+def _tied_table():
+    """Rows of 12 tokens where several tokens share a probability: the ranks need the tie rule."""
+    row = np.array([3, 1, 3, 2, 3, 1, 2, 0.5, 2, 1, 0.5, 3], dtype=float)
+    return np.stack([np.roll(row, i) for i in range(12)]) / row.sum()
+
+
+def _topk_cases():
+    rng = np.random.default_rng(41)
+    cases = [(f"branching {b}, random 12-token draft #{i}", rng.dirichlet(np.full(12, 0.4), size=12), b)
+             for i, b in enumerate([(3,), (3, 2, 2), (2, 2, 2, 1), (4, 1, 1)])]
+    return cases + [("branching (3, 2), a draft with tied probabilities", _tied_table(), (3, 2))]
+
+
+def _same_values(expand, parents, got, want) -> bool:
+    """Whether each node's token has the same draft probability as the reference's (a tie-order mix-up)."""
+    value = lambda tokens: expand(parents, tokens, parents)[np.arange(len(parents)), tokens]  # noqa: E731
+    try:
+        return bool(np.allclose(value(got), value(want)))
+    except (IndexError, ValueError):  # token ids out of range: not a tie problem
+        return False
+
+
+def _verify_topk_tree(draft_topk_tree):
+    for case, table, branching in _topk_cases():
+        expand = markov_expand(table)
+        got = call(draft_topk_tree, case, expand, branching)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail(case, "return (parents, tokens)", got=type(got).__name__)
+        parents, tokens = (np.asarray(x) for x in got)
+        want_parents, want_tokens = draft_topk_tree_reference(expand, branching)
+        sizes = np.cumprod(branching)
+        if len(parents) != len(want_parents) or len(tokens) != len(want_parents):
+            fail(case, f"a {branching} tree has {' + '.join(map(str, sizes))} = {sizes.sum()} nodes",
+                 len(want_parents), f"{len(parents)} parents, {len(tokens)} tokens",
+                 "depth d has branching[d] children under every node of depth d − 1")
+        expect_equal(case + ": parents", parents.tolist(), want_parents.tolist(),
+                     hint="nodes depth by depth; under each node of the previous depth, its children in rank order; "
+                          "parents[i] is the index of the parent node in the whole tree (−1 for the context)")
+        if tokens.tolist() != want_tokens.tolist():
+            tie = _same_values(expand, parents, tokens.astype(np.int64), want_tokens)
+            expect_equal(case + ": tokens", tokens.tolist(), want_tokens.tolist(), TIES if tie else RANKS)
+    return ["parents and tokens match the reference for 4 branchings (3; 3-2-2; 2-2-2-1; 4-1-1)",
+            "equal probabilities rank the lower token id first"]
+
+
+def exercise_4b(draft_topk_tree):
+    """Check ``draft_topk_tree(expand, branching)`` -> (parents, tokens) on toy drafts."""
+    verify = with_controls(_verify_topk_tree, wrong.controls("4b"))
+    return run_check("4b", draft_topk_tree, draft_topk_tree_reference, verify)
+
+
+# ----------------------------------------------------------------------------- 4c greedy verification
+
+PATH = ("a node is accepted iff it and all its ancestors equal the target's argmax at their parent "
+        "(target_argmax[parent + 1]); keep the deepest (the first one on a tie)")
+
+
+def _greedy_cases():
+    rng = np.random.default_rng(42)
+    parents = np.array([-1, -1, 0, 0, 1, 1])
+    tokens = np.array([7, 3, 5, 2, 2, 9])
+    cases = {"lesson tree, b -> f accepted, bonus 8": (parents, tokens, np.array([3, 4, 9, 4, 4, 4, 8])),
+             "lesson tree, nothing accepted": (parents, tokens, np.array([1, 4, 4, 4, 4, 4, 4])),
+             "lesson tree, a -> d accepted, bonus 8": (parents, tokens, np.array([7, 2, 4, 4, 8, 4, 4])),
+             "two accepted paths of equal depth": (np.array([-1, -1, 0, 1]), np.array([5, 5, 2, 2]),
+                                                   np.array([5, 2, 2, 6, 7]))}
+    for i in range(6):
+        p = _random_tree(rng, 20)
+        cases[f"random tree #{i}, 3-token vocabulary"] = (p, rng.integers(0, 3, 20), rng.integers(0, 3, 21))
+    return cases
+
+
+def _verify_greedy_tree(verify_tree_greedy):
+    for case, (p, t, argmax) in _greedy_cases().items():
+        got = call(verify_tree_greedy, case, p, t, argmax)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail(case, "return (path, emitted)", got=type(got).__name__)
+        want = tree.verify_tree_greedy(p, t, argmax)
+        path = [int(x) for x in got[0]]
+        expect_equal(case + ": path", path, want[0],
+                     "list the path root first (the order the tokens are emitted in)"
+                     if path == want[0][::-1] and path != want[0] else PATH)
+        expect_equal(case + ": emitted", [int(x) for x in got[1]], want[1],
+                     hint="the path's tokens, then the bonus: target_argmax[last accepted node + 1] (row 0 if none)")
+    return ["longest accepted path and bonus token match on the lesson's tree (3 cases), a tie (the first path "
+            "wins) and 6 random trees"]
+
+
+def exercise_4c(verify_tree_greedy):
+    """Check ``verify_tree_greedy(parents, tokens, target_argmax)`` -> (path, emitted)."""
+    verify = with_controls(_verify_greedy_tree, wrong.controls("4c"))
+    return run_check("4c", verify_tree_greedy, tree.verify_tree_greedy, verify)
+
+
+# ----------------------------------------------------------------------------- 4d sampled verification
+
+TREE_ROUNDS, TREE_LEVEL = 5000, 1e-3
+SIBLINGS = ("try the children in order, each with a fresh u = rng.random(): accept child c if u < p(c); on rejection "
+            "set p(c) = 0 and renormalise before the next child; after an accepted child continue there with its "
+            "own row p_rows[c + 1]; if all fail, sample the last token from what is left")
+
+
+def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
+    rng = np.random.default_rng(43)
+    parents, tokens = np.array([-1, -1, -1, 0, 0, 1]), np.array([0, 1, 2, 1, 3, 0])
+    p_rows = rng.dirichlet(np.full(4, 1.5), size=len(parents) + 1)
+    exact = tree.tree_output_distribution(parents, tokens, p_rows)
+    keys = sorted(exact)
+    index = {k: i for i, k in enumerate(keys)}
+    counts, never = np.zeros(len(keys)), Counter()  # never: outputs the rule can never emit
+    sample_rng = np.random.default_rng(44)
+    case = f"{rounds} rounds on a 6-node tree over 4 tokens"
+    for _ in range(rounds):
+        got = call(verify_tree_sampled, case, parents, tokens, p_rows, sample_rng)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail(case, "return (path, emitted)", got=type(got).__name__)
+        emitted = tuple(int(x) for x in got[1])
+        if emitted in index:
+            counts[index[emitted]] += 1
+        else:
+            never[emitted] += 1
+    if never:
+        (seq, n), = never.most_common(1)
+        fail(case, f"emitted the tokens {list(seq)} ({n} of {rounds} rounds), which the rule can never emit "
+             "(probability 0)", hint=SIBLINGS)
+    chi_square_gate(case, counts, [exact[k] for k in keys], TREE_LEVEL, hint=SIBLINGS)
+    return [f"the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, false alarm {TREE_LEVEL:g})"]
+
+
+def exercise_4d(verify_tree_sampled):
+    """Check ``verify_tree_sampled(parents, tokens, p_rows, rng)`` -> (path, emitted) in distribution."""
+    verify = with_controls(_verify_sampled_tree, wrong.controls("4d"))
+    return run_check("4d", verify_tree_sampled, tree.verify_tree, verify)

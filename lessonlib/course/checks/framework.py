@@ -1,0 +1,217 @@
+"""The pieces every exercise check is built from.
+
+A check is ``run_check(exercise, fn, reference, verify)``: ``verify(fn)`` runs the student's
+function on cases with known answers and returns a list of what it verified, or raises
+``CheckFailed`` through ``fail`` / ``expect_*`` / ``chi_square_gate`` with a message that names
+the case, what was expected, what came back and what to fix. ``with_controls`` appends the
+negative controls: known-wrong implementations (from ``wrong.CATALOGUE``) that the same
+``verify`` must reject, so a ✓ is evidence that the test has teeth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lessonlib.core import stats
+
+SHOW = 8  # arrays with more entries print summarised, so the hint stays in view
+
+
+class CheckFailed(AssertionError):
+    """A check found a wrong answer; the message names the case and what was expected."""
+
+
+def _fmt(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            arr = np.asarray(value)
+        except ValueError:  # a ragged list: show it as it is
+            arr = None
+        if arr is not None and arr.dtype.kind in "biuf":
+            return np.array2string(arr, precision=4, suppress_small=True, max_line_width=100, threshold=SHOW,
+                                   edgeitems=3)
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def fail(case: str, problem: str, expected=None, got=None, hint: str | None = None):
+    """Raise ``CheckFailed`` with a message a student can act on."""
+    lines = [f"case {case!r}: {problem}"]
+    if expected is not None:
+        lines.append(f"  expected: {_fmt(expected)}")
+    if got is not None:
+        lines.append(f"  got:      {_fmt(got)}")
+    if hint:
+        lines.append(f"  hint: {hint}")
+    raise CheckFailed("\n".join(lines))
+
+
+def call(fn, case: str, *args, hints: dict | None = None, **kwargs):
+    """Call the student's ``fn``; any error other than NotImplementedError names the case.
+
+    ``hints`` maps a piece of an error message to advice (e.g. "does not require grad").
+    """
+    try:
+        return fn(*args, **kwargs)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as err:  # the student's bug, reported with the inputs that triggered it
+        advice = next((h for key, h in (hints or {}).items() if key in str(err)), None)
+        message = f"case {case!r}: your function raised {type(err).__name__}: {err}"
+        raise CheckFailed(message + (f"\n  hint: {advice}" if advice else "")) from err
+
+
+def as_number(case: str, value, hint: str | None = None) -> float:
+    """A single number: Python int/float, numpy scalar or 0-d array (np.where returns those)."""
+    if value is None:
+        fail(case, "your function returned None", hint="did you forget the return statement?")
+    if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
+        shape = f"an array of shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
+        fail(case, f"expected a single number (a float, a numpy scalar or a 0-d array), got {shape}", got=value,
+             hint=hint or "for a single α return one number; only an array α gives an array back")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        fail(case, f"expected a single number, got {type(value).__name__}", got=repr(value)[:80], hint=hint)
+
+
+def _first_difference(got, expected, atol) -> str:
+    bad = np.flatnonzero(~np.isclose(got.ravel(), expected.ravel(), atol=atol, rtol=0))
+    i = int(bad[0])
+    where = np.unravel_index(i, got.shape) if got.ndim > 1 else i
+    return f"; first at index {where}: expected {expected.ravel()[i]:.6g}, got {got.ravel()[i]:.6g}"
+
+
+def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None) -> None:
+    if got is None:
+        fail(case, "your function returned None", hint="did you forget the return statement?")
+    try:
+        got_arr = np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        fail(case, f"expected numbers, got {type(got).__name__}", got=repr(got)[:80], hint=hint)
+    expected_arr = np.asarray(expected, dtype=float)
+    if got_arr.shape != expected_arr.shape:
+        fail(case, f"wrong shape {got_arr.shape}, expected {expected_arr.shape}", expected, got, hint)
+    if not np.isfinite(got_arr).all() and np.isfinite(expected_arr).all():
+        fail(case, "your values include nan or inf (a division by zero?)", expected, got, hint)
+    if not np.allclose(got_arr, expected_arr, atol=atol, rtol=0, equal_nan=True):
+        worst = float(np.nanmax(np.abs(got_arr - expected_arr)))
+        detail = _first_difference(got_arr, expected_arr, atol) if expected_arr.size > SHOW else ""
+        fail(case, f"values differ (largest difference {worst:.3g}, tolerance {atol:g}{detail})", expected, got, hint)
+
+
+def expect_equal(case: str, got, expected, hint: str | None = None) -> None:
+    if got != expected:
+        fail(case, "wrong result", expected, got, hint)
+
+
+def chi_square_gate(case: str, counts, probs, level: float, hint: str | None = None, labels=None) -> float:
+    """Chi-square goodness of fit of ``counts`` to ``probs``; fail when p-value < ``level``.
+
+    A count in a bin with probability 0 fails at once (no test needed); ``labels[i]`` names bin
+    i in that message (default "outcome i"). Returns the p-value.
+    """
+    counts, probs = np.asarray(counts), np.asarray(probs, dtype=float)
+    impossible = np.flatnonzero((probs == 0) & (counts > 0))
+    if impossible.size:
+        i = int(impossible[0])
+        name = labels[i] if labels is not None else f"outcome {i}"
+        fail(case, f"produced {name} ({int(counts[i])} times), which has probability 0", hint=hint)
+    _, p_value = stats.chi_square(counts, probs)
+    if p_value < level:
+        n = int(counts.sum())
+        fail(case, f"chi-square test rejects the expected distribution (p-value {p_value:.2g} < {level:g}, n = {n})",
+             probs, counts / max(n, 1), hint)
+    return float(p_value)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _lend(exercise: str, reference, why: str):
+    print(f"… exercise {exercise}: not implemented yet — {why}; using the reference "
+          f"{reference.__module__}.{reference.__qualname__} so the rest of the notebook runs.")
+    return reference
+
+
+def run_check(exercise: str, fn, reference, verify):
+    """Run ``verify(fn)`` (a list of what was verified); return the function to use from now on.
+
+    A stub (NotImplementedError) gets the reference back. The notebook rebinds its name to it
+    (``residual = checks.exercise_1a(residual)``), so running the check cell again hands the
+    check the reference itself: that is still the unimplemented stub, never a ✓.
+    """
+    if not callable(fn):
+        raise TypeError(f"exercise {exercise}: pass the function itself, e.g. checks.exercise_{exercise}(my_function)")
+    if fn is reference:
+        return _lend(exercise, reference, f"{_name(fn)} is still the library's reference, lent when the stub above "
+                                          "raised NotImplementedError (implement it, run its cell, then this one)")
+    try:
+        verified = verify(fn)
+    except NotImplementedError:
+        return _lend(exercise, reference, "the function above still raises NotImplementedError")
+    except CheckFailed as err:
+        err.args = (f"✗ exercise {exercise}, {err.args[0]}",)
+        raise
+    print(f"✓ exercise {exercise}: " + "\n    ".join(verified))
+    return fn
+
+
+# ----------------------------------------------------------------------------- negative controls
+
+
+@dataclass(frozen=True)
+class Wrong:
+    """One realistic wrong implementation of an exercise part (an entry of ``wrong.CATALOGUE``)."""
+
+    exercise: str  # the part it answers, e.g. "1b"
+    name: str  # a few words, e.g. "scalar-q residual"
+    fn: object  # the wrong function (a class for 5b)
+    hint: str  # a piece of the message its check must print: what to fix
+    why: str  # one line for the instructor notes: what is wrong
+    control: bool = False  # the check also runs it on itself as a negative control
+
+
+def rejects(verify, name: str, wrong) -> str:
+    """Run ``verify`` on a known-wrong implementation; it must raise CheckFailed."""
+    try:
+        verify(wrong)
+    except CheckFailed as err:
+        return f"{name} (caught: {err.args[0].splitlines()[0]})"
+    raise RuntimeError(f"the check failed to catch the negative control {name!r}; the check is broken")
+
+
+def with_controls(verify, controls: dict):
+    """``verify`` followed by the same check on each known-wrong implementation in ``controls``."""
+    def verify_with_controls(fn):
+        label = "negative controls" if len(controls) > 1 else "negative control"
+        return verify(fn) + [f"{label}, same check: " + "; ".join(rejects(verify, n, f) for n, f in controls.items())]
+    return verify_with_controls
+
+
+# ----------------------------------------------------------------------------- shared case helpers
+
+
+def emitted_tokens(case: str, out, k: int) -> list[int]:
+    """A round's emitted tokens as a list of ints, with a readable failure for anything else."""
+    try:
+        tokens = [int(t) for t in out]
+    except TypeError:
+        fail(case, f"expected a list of token ids, got {type(out).__name__}", got=out)
+    if any(t != s for t, s in zip(tokens, out)):
+        fail(case, "token ids must be integers", got=out)
+    if not 1 <= len(tokens) <= k + 1:
+        fail(case, f"a round emits between 1 and K+1 = {k + 1} tokens, got {len(tokens)}", got=tokens,
+             hint="stop at the first rejection (one correction token); the bonus token comes only when all K are accepted")
+    return tokens
+
+
+def random_rows(rng, shape, zero_fraction=0.0):
+    """Random probability rows of ``shape`` (last axis: the vocabulary), some entries zeroed."""
+    rows = rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])
+    rows[rng.random(rows.shape) < zero_fraction] = 0.0
+    rows[..., 0] += rows.sum(-1) == 0  # never an all-zero row
+    return rows / rows.sum(-1, keepdims=True)

@@ -1,0 +1,34 @@
+"""The one catalogue of realistic wrong implementations, every exercise part.
+
+Each entry (``framework.Wrong``) is a plausible student answer with one mistake, the piece of
+the message its check must print (what to fix) and one line for the instructor notes. The
+checks take their negative controls from here (``controls``), and ``tests/test_checks.py`` runs
+every entry through its check and asserts it is rejected with that hint.
+
+    from lessonlib.course.checks import wrong
+    wrong.CATALOGUE                 # every entry, exercise by exercise
+    wrong.controls("1b")            # {name: fn} the 1b check runs on itself
+    print(wrong.markdown())         # the list for the instructor notes
+"""
+from __future__ import annotations
+
+from lessonlib.course.checks.wrong import ex1, ex2, ex3, ex4, ex5
+from lessonlib.course.checks.wrong.ex1 import (first_tokens_scalar_q, scalar_q_first_token_law,  # noqa: F401
+                                               verify_chain_always_accept, verify_chain_scalar_q)
+
+CATALOGUE = ex1.ENTRIES + ex2.ENTRIES + ex3.ENTRIES + ex4.ENTRIES + ex5.ENTRIES
+
+
+def entries(exercise: str) -> list:
+    """The entries for one part ("1a") or one whole exercise ("1")."""
+    return [w for w in CATALOGUE if w.exercise == exercise or w.exercise[:-1] == exercise]
+
+
+def controls(exercise: str) -> dict:
+    """{name: wrong implementation} of the part's negative controls, in catalogue order."""
+    return {w.name: w.fn for w in CATALOGUE if w.exercise == exercise and w.control}
+
+
+def markdown() -> str:
+    """The catalogue as a Markdown list for the instructor notes: exercise, name, what is wrong."""
+    return "\n".join(f"- **{w.exercise}** {w.name}: {w.why}" for w in CATALOGUE)
