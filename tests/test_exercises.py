@@ -84,6 +84,57 @@ def test_markers_in_markdown_are_rejected():
         exercises.exercise_notebook(nb, "01_demo.ipynb")
 
 
+def _with_prediction(answer_tags=("answer",)):
+    nb = _solution_notebook()
+    nb.cells[1:1] = [nbformat.v4.new_markdown_cell("**Predict before you run:** what does f return?")]
+    answer = nbformat.v4.new_markdown_cell("**Answer:** 42, the stored output above.")
+    answer.metadata["tags"] = list(answer_tags)
+    nb.cells.append(answer)
+    return nb
+
+
+def test_answer_tagged_markdown_becomes_the_prediction_prompt_and_the_question_stays():
+    nb = exercises.exercise_notebook(_with_prediction(("nbval-ignore-output", "answer")), "01_demo.ipynb")
+    question, answer = nb.cells[1], nb.cells[-1]
+    assert answer.source == exercises.ANSWER_PLACEHOLDER == "*Your prediction, then compare with the output above.*"
+    assert answer.metadata["tags"] == ["nbval-ignore-output", "answer"]
+    assert question.source.startswith("**Predict before you run:**")
+    assert nb.cells[0].source == "# Title"  # untagged markdown is left alone
+
+
+def test_negative_control_an_untagged_answer_would_reach_the_student():
+    nb = exercises.exercise_notebook(_with_prediction(answer_tags=()), "01_demo.ipynb")
+    assert nb.cells[-1].source.startswith("**Answer:** 42")
+
+
+def test_answer_tag_on_a_code_cell_is_rejected():
+    nb = _solution_notebook()
+    nb.cells[1].metadata["tags"] = ["answer"]
+    with pytest.raises(ValueError, match="'answer' tag belongs on a markdown cell, not a code cell"):
+        exercises.exercise_notebook(nb, "01_demo.ipynb")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.name)
+def test_no_answer_to_a_prediction_reaches_an_exercise_notebook(path):
+    nb = nbformat.read(path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if exercises.ANSWER_TAG in cell.metadata.get("tags", []):
+            assert cell.source == exercises.ANSWER_PLACEHOLDER, f"cell {index}"
+        elif cell.cell_type == "markdown":
+            assert not cell.source.lstrip().startswith("**Answer:**"), f"cell {index}: an answer without the 'answer' tag"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.name)
+def test_each_answer_follows_the_code_cell_its_question_precedes(path):
+    cells = nbformat.read(path, as_version=4).cells
+    for index, cell in enumerate(cells):
+        if exercises.ANSWER_TAG in cell.metadata.get("tags", []):
+            assert index >= 2 and cell.source.startswith("**Answer:**"), f"cell {index}"
+            assert cells[index - 1].cell_type == "code", f"cell {index}: an answer must come right after its code cell"
+            assert cells[index - 2].source.startswith("**Predict before you run:**"), (
+                f"cell {index}: the question goes right before the code cell that answers it")
+
+
 def test_check_mode_detects_stale_missing_and_orphaned_exercises(tmp_path, capsys):
     (tmp_path / "solutions").mkdir()
     (tmp_path / "exercises").mkdir()

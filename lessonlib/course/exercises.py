@@ -37,6 +37,10 @@ ROOT = paths.ROOT
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<message>.*)$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
 MESSAGE = re.compile(r"exercise \d+[a-z]?: \S")
+# A markdown cell tagged "answer" answers the "Predict before you run" question above it; the
+# student sees a prompt instead, so the prediction is theirs before the output tells them.
+ANSWER_TAG = "answer"
+ANSWER_PLACEHOLDER = "*Your prediction, then compare with the output above.*"
 
 
 def strip_solution(source: str, where: str = "cell") -> str:
@@ -65,11 +69,17 @@ def strip_solution(source: str, where: str = "cell") -> str:
 
 
 def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
-    """The student version of a solution notebook: answers stubbed, outputs and timings cleared."""
+    """The student version of a solution notebook: answers stubbed, ``answer``-tagged markdown cells
+    replaced by a prompt to predict, outputs and timings cleared."""
     nb = copy.deepcopy(solution)
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
-        if cell.cell_type == "code":
+        if ANSWER_TAG in cell.metadata.get("tags", []):
+            if cell.cell_type != "markdown":
+                raise ValueError(f"{where}: the {ANSWER_TAG!r} tag belongs on a markdown cell, "
+                                 f"not a {cell.cell_type} cell")
+            cell.source = ANSWER_PLACEHOLDER
+        elif cell.cell_type == "code":
             cell.source = strip_solution(cell.source, where)
             cell.outputs = []
             cell.execution_count = None
