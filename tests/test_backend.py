@@ -63,11 +63,13 @@ def test_cuda_requested_without_cuda_is_rejected(no_env):
 
 def test_describe(no_env):
     fake_cuda(no_env, True)
-    assert describe() == "running on: CUDA (NVIDIA H200)"
-    assert describe("numpy") == "running on: CPU (numpy)"
-    assert describe(Backend("torch-cpu")) == "running on: CPU (torch)"
+    no_env.delenv("LESSONLIB_THREADS", raising=False)
+    threads = "; 1 torch thread (course default; LESSONLIB_THREADS overrides)"  # lessonlib.threads
+    assert describe() == "running on: CUDA (NVIDIA H200)" + threads
+    assert describe("numpy") == "running on: CPU (numpy)" + threads
+    assert describe(Backend("torch-cpu")) == "running on: CPU (torch)" + threads
     fake_cuda(no_env, False)
-    assert describe() == "running on: CPU (numpy)"
+    assert describe() == "running on: CPU (numpy)" + threads
 
 
 def test_arrays_land_on_the_backend():

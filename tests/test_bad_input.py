@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import lessonlib as L
+from lessonlib.core import toy
 from lessonlib.core.batched import sample_rounds, verify_rounds
 
 P = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])  # (K+1, V) with K = 2
@@ -10,12 +11,9 @@ Q = np.array([[0.4, 0.4, 0.2], [0.3, 0.3, 0.4]])
 RNG = np.random.default_rng(0)
 
 
-class Table:
-    def __init__(self, V):
-        self.V = V
-
-    def logits(self, tokens):
-        return np.zeros((len(tokens), self.V))
+def Table(V):
+    """The uniform next-token model over V tokens (``core.toy``)."""
+    return toy.markov(np.full((V, V), 1.0 / V))
 
 
 CASES = {

@@ -8,7 +8,9 @@ notebooks, so stored outputs never change) and one page serve all notebooks, in 
 
 Select with `-m browser`, skip with `-m 'not browser'`. Without Chromium the test is skipped,
 except under CI=true, where a missing browser is a failure. Screenshots of passing runs are
-written to outputs/screenshots/<notebook>.png.
+written to <outputs>/screenshots/<notebook>.png, <outputs> = lessonlib.paths.outputs(): a
+temporary folder under the test suite (tests/conftest.py), so the shipped screenshots change
+only when asked to (LESSONLIB_OUTPUTS=outputs python -m pytest -m browser).
 """
 
 import os
@@ -17,13 +19,16 @@ from pathlib import Path
 
 import pytest
 
+import browser_rtl
 import browser_support as bs
+from lessonlib import paths
 
 REPO = Path(__file__).resolve().parents[1]
-SCREENSHOTS = REPO / "outputs" / "screenshots"
 LESSONS = sorted(p.relative_to(REPO).as_posix()
                  for folder in ("notebooks", "solutions") for p in (REPO / folder).glob("*.ipynb"))
 EXERCISES = [p for p in ["exercises/01_exact_rule.ipynb"] if (REPO / p).exists()]
+# The Persian edition (python -m lessonlib.course.translate build); its code is the English code
+PERSIAN = [p for p in ["notebooks/fa/00_start_here.ipynb"] if (REPO / p).exists()]
 CHECK_CALL = re.compile(r"checks\.exercise_\w+\(")
 NOT_IMPLEMENTED = "not implemented yet"
 # Text a broken widget or a raised exception leaves in the page, including inside Output widgets.
@@ -111,6 +116,27 @@ def check_not_implemented(page, report: dict, path: str) -> None:
     assert not silent, f"{path}: checks that did not say {NOT_IMPLEMENTED!r}: {silent}"
 
 
+def check_rtl(page, report: dict, path: str) -> None:
+    """Translated markdown renders right to left, its inline code and formulas and every code
+    editor left to right, judged from computed styles and from where the glyphs landed."""
+    cells = browser_rtl.bidi_report(page)
+    markdown = [c for c in cells if c["type"] == "markdown"]
+    assert markdown, f"{path}: no translated (right-to-left) markdown cell"
+    for c in markdown:
+        where = f"{path} cell {c['index']}"
+        assert c["rendered"] and c["rtlBlocks"] and c["blocks"], f"{where}: RTL markdown not rendered: {c}"
+        assert set(c["blocks"]) == {"rtl"}, f"{where}: text blocks with direction {c['blocks']}"
+        assert not c["pendingMath"], f"{where}: formulas were never typeset"
+        assert c["prose"] is None or c["prose"]["rtlOrder"], f"{where}: Persian laid out left to right: {c['prose']}"
+        assert all(x["dir"] == "ltr" for x in c["code"] + c["math"]) and "rtl" not in c["pre"], \
+            f"{where}: code or formula right to left: {c['code']} {c['math']} {c['pre']}"
+        assert all(x["ltrOrder"] is not False for x in c["code"] + c["math"]), \
+            f"{where}: code or formula glyphs in the wrong order: {c['code']} {c['math']}"
+    assert any(c["prose"] for c in markdown), f"{path}: no Persian paragraph to measure"
+    editors = [c["editor"] for c in cells if c["type"] == "code"]
+    assert editors and set(editors) == {"ltr"}, f"{path}: code editors with direction {set(editors)}"
+
+
 def _screenshot_focus(cells: list[dict]) -> int | None:
     """The cell a screenshot scrolls to: the first check saying "not implemented yet", else the
     first slider, else the first figure, else None (the top)."""
@@ -119,8 +145,9 @@ def _screenshot_focus(cells: list[dict]) -> int | None:
     return next((found[0]["index"] for found in firsts if found), None)
 
 
-def drive(page, lab, path: str, name: str, tmp_path: Path, checks) -> None:
-    """Run `path` in the page, apply each check(page, report, path), screenshot, always close.
+def drive(page, lab, path: str, name: str, tmp_path: Path, checks, focus=_screenshot_focus) -> None:
+    """Run `path` in the page, apply each check(page, report, path), screenshot (scrolled to
+    the cell focus(cells) names), always close.
 
     A passing run's screenshot goes to outputs/screenshots/<name>.png, a failing one's to tmp_path.
     """
@@ -133,9 +160,9 @@ def drive(page, lab, path: str, name: str, tmp_path: Path, checks) -> None:
     finally:
         try:
             if report is not None:
-                focus = _screenshot_focus(report["cells"])
-                shot = (SCREENSHOTS if passed else tmp_path) / f"{name}.png"
-                bs.screenshot(page, focus, shot)
+                focus_index = focus(report["cells"])
+                shot = (paths.outputs() / "screenshots" if passed else tmp_path) / f"{name}.png"
+                bs.screenshot(page, focus_index, shot)
                 if not passed:
                     print(f"screenshot of the failed run: {shot}\nserver log:\n{lab.log_tail()}")
         finally:
@@ -151,3 +178,10 @@ def test_lesson_notebook_in_browser(lab, page, path, tmp_path):
 def test_exercise_notebook_in_browser(lab, page, path, tmp_path):
     drive(page, lab, path, Path(path).stem + "-exercise", tmp_path,
           [check_run, check_figures, check_not_implemented, check_widgets])
+
+
+@pytest.mark.parametrize("path", PERSIAN)
+def test_persian_lesson_runs_right_to_left_in_browser(lab, page, path, tmp_path):
+    # the screenshot starts at the first code cell: left-to-right code, then Persian text below it
+    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_run, check_figures, check_rtl],
+          focus=lambda cells: next((c["index"] for c in cells if c["type"] == "code"), None))

@@ -13,6 +13,7 @@ from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafte
 from lessonlib.decoding.tree_decode import tree_generate, verify_tree_forward
 from lessonlib.models.heads import EagleHead, MedusaHeads
 from lessonlib.models import GPT, GPTConfig
+from loop_support import context_gpt
 
 CONFIG = GPTConfig(vocab_size=64, block_size=96, n_layer=2, n_head=2, n_embd=32)
 
@@ -145,18 +146,23 @@ def test_drafter_rows_do_not_depend_on_how_the_tree_was_fed():
 
 @pytest.mark.parametrize("rule", RULES)
 def test_greedy_tree_decoding_equals_greedy_decoding(rule):
-    target = tiny(2, sharpen=30.0)
+    # a target whose next token depends on the context: a sharpened random GPT repeats its last
+    # token, and there a wrongly compacted cache still gives the right tokens
+    target = context_gpt(2, vocab=64, block_size=96)
     prompt = [1, 5, 9, 13, 2]
     expected, _ = decode.generate(target, prompt, 40)
+    assert len(set(expected)) > 5
     for name, drafter in drafters(target).items():
         out, stats = tree_generate(target, drafter, prompt, 40, rule=RULES[rule])
         assert out == expected, (rule, name)
-        if name == "self" and rule != "top_p":
+        if name == "self" and rule not in ("top_p", "dynamic"):
             assert stats["tau"] > 3  # deep acceptance exercised the compaction on every round
+        elif name == "self":
+            assert stats["tau"] >= 2.5  # a dynamic or top-p tree may leave the greedy path out at depth
 
 
 def test_stats_and_acceptance_by_depth():
-    target = tiny(2, sharpen=30.0)
+    target = context_gpt(2, vocab=64, block_size=96)
     _, stats = tree_generate(target, ModelDrafter(target), [1, 5, 9], 30, rule=RULES["chain"])
     assert stats["acceptance_by_depth"] == [1.0, 1.0, 1.0, 1.0]
     assert stats["rounds"] == stats["target_calls"] and stats["mean_nodes"] == 4

@@ -4,20 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lessonlib.core import toy
 from lessonlib.models import data, distill, train
 from lessonlib.models import GPT, GPTConfig
 
 V = 7
 
 
-class Markov:
-    """Order-1 toy language model with a known next-token table (float64, ``logits`` protocol)."""
-
-    def __init__(self, table):
-        self.table = np.asarray(table, dtype=np.float64)
-
-    def logits(self, tokens):
-        return np.log(self.table[np.asarray(tokens)])
+Markov = toy.markov  # order-1 toy model with a known next-token table (``core.toy``)
 
 
 def random_table(rng, sharp=1.0):

@@ -12,6 +12,7 @@ from scipy import stats as sps
 from lessonlib import (acceptance_rate, autoregressive_decode, chi_square, draft_with_alpha,
                        exact_output_distribution, simulate_rounds, softmax, speculative_decode,
                        verify_chain, verify_greedy)
+from lessonlib.core import toy
 from lessonlib.core.batched import verify_rounds
 from lessonlib.core.sampling import inverse_cdf
 from lessonlib.core.chain import exact_round_distribution
@@ -181,21 +182,11 @@ def test_every_position_follows_p_given_it_is_reached(stat_setup):
 # ----------------------------------------------------------------------------- sequence level
 
 
-class MarkovChain:
-    """Order-1 Markov chain in the logits(tokens) protocol: row i = log P[tokens[i]]."""
-
-    def __init__(self, P):
-        self.log_p = np.log(P)
-
-    def logits(self, tokens):
-        return self.log_p[np.asarray(tokens)]
-
-
 def chains(V=4, seed=8):
     rng = np.random.default_rng(seed)
     target = rng.dirichlet(np.ones(V), size=V)
     draft = 0.5 * target + 0.5 * rng.dirichlet(np.ones(V), size=V)
-    return MarkovChain(target), MarkovChain(draft), target
+    return toy.markov(target), toy.markov(draft), target
 
 
 @pytest.mark.parametrize("k,temperature", [(1, 1.0), (3, 1.0), (3, 0.6)])

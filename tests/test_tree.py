@@ -302,3 +302,62 @@ def test_verification_rejects_bad_input():
         tree.verify_tree([-1, 0], [1], np.full((3, 2), 0.5), np.random.default_rng(0))
     with pytest.raises(ValueError, match="p_rows"):
         tree.verify_tree([-1], [1], np.full((2, 2), 0.6), np.random.default_rng(0))
+
+
+# ----------------------------------------------------------------------------- the dynamic tree, by hand
+
+# integer "log-probabilities" (sums are exact, so ties are exact): the draft's row after each
+# token (None = after the committed context); -9 stands for "very unlikely"
+HAND_ROWS = {None: [-1, -2, -3, -9, -9, -9], 0: [-9, -9, -1, -2, -9, -9], 1: [-9, -9, -9, -1, -3, -9],
+             2: [-1, -1, -9, -9, -9, -9], 3: [-9, -9, -9, -9, -1, -2], 4: [-9] * 5 + [-1], 5: [-1] + [-9] * 5}
+
+
+def hand_expand(parents, tokens, nodes):
+    return np.array([HAND_ROWS[None if n < 0 else int(tokens[n])] for n in nodes], dtype=float)
+
+
+def test_dynamic_tree_by_hand_frontier_and_ties():
+    """depth 3, top_k 2. Depth 0: a = token 0 (-1), b = token 1 (-2). Depth 1 candidates:
+    a->2 (-2), a->3 (-3), b->3 (-3), b->4 (-5); the frontier is the best 2 by cumulative score,
+    ties to the earlier candidate: a->2 and a->3 (not b->3). Depth 2: a->2->0 (-3), a->2->1
+    (-3, a tie between the children of one node: lower token first), a->3->4 (-4), a->3->5 (-5).
+    The best 8 overall, ties to the shallower then earlier node, closed under ancestors."""
+    parents, tokens, score = tree.draft_dynamic(hand_expand, depth=3, top_k=2, total=8)
+    assert parents.tolist() == [-1, -1, 0, 0, 1, 2, 2, 3]
+    assert tokens.tolist() == [0, 1, 2, 3, 3, 0, 1, 4]
+    assert score.tolist() == [-1, -2, -2, -3, -3, -3, -3, -4]
+    # four nodes: the -3 tie between a->3 and b->3 goes to the earlier candidate, a->3
+    parents, tokens, score = tree.draft_dynamic(hand_expand, depth=3, top_k=2, total=4)
+    assert (parents.tolist(), tokens.tolist(), score.tolist()) == ([-1, -1, 0, 0], [0, 1, 2, 3], [-1, -2, -2, -3])
+    # a deeper tree expands only the frontier: b->3 (not in it at depth 1) never gets children
+    parents, tokens, _ = tree.draft_dynamic(hand_expand, depth=4, top_k=2, total=30)
+    children_of_b3 = [i for i, p in enumerate(parents) if p == 4]
+    assert len(parents) == 2 + 4 + 4 + 4 and children_of_b3 == []
+
+
+def test_top_k_fast_path_orders_ties_inside_the_top_k_by_index():
+    """No tie straddles the k-th place, so the argpartition path runs; the tie inside the top
+    k must still come out lower index first, as the stable sort would give."""
+    rows = np.zeros((2, 40))
+    rows[0, [7, 3, 20]] = [5.0, 5.0, 3.0]
+    rows[1, [30, 2, 11]] = [4.0, 2.0, 4.0]
+    assert tree._top(rows, 3).tolist() == [[3, 7, 20], [11, 30, 2]]
+
+
+def test_top_p_tree_at_the_exact_boundary():
+    """Children of mass 0.5 and 0.25 reach top_p = 0.75 exactly: a third child is not needed
+    (the mass before it is not short of top_p)."""
+    row = np.log([0.5, 0.25, 0.25, 1e-300])
+    expand = lambda parents, tokens, nodes: np.tile(row, (len(nodes), 1))  # noqa: E731
+    parents, tokens, _ = tree.draft_top_p(expand, 0.75, depth=2, max_children=4)
+    assert parents.tolist() == [-1, -1, 0, 0, 1, 1] and tokens.tolist() == [0, 1, 0, 1, 0, 1]
+
+
+def test_dynamic_tree_clamps_a_rounding_positive_log_probability():
+    """A log-softmax can return +1e-16 for a certain token; unclamped, that child would score
+    above its parent, the best single node would be the child alone and the tree would not be
+    closed under ancestors."""
+    rows = {None: [-1.0, -2.0, -9.0, -9.0], 0: [-9.0, -9.0, -9.0, 1e-12]}
+    expand = lambda parents, tokens, nodes: np.array([rows[None if n < 0 else int(tokens[n])] for n in nodes])  # noqa: E731
+    parents, tokens, score = tree.draft_dynamic(expand, depth=2, top_k=1, total=1)
+    assert (parents.tolist(), tokens.tolist(), score.tolist()) == ([-1], [0], [-1.0])

@@ -1,4 +1,4 @@
-"""The prepared GPU check: ``python -m lessonlib.gpu_check`` on a machine with a CUDA GPU.
+"""The prepared GPU check: ``python -m lessonlib.bench gpu`` on a machine with a CUDA GPU.
 
 In one command (budget: under 8 minutes on one GPU) it
 1. runs the library tests with CUDA visible (the backend picks torch-cuda by itself),
@@ -87,7 +87,7 @@ def main(argv=None):
         print(name, report["training"][name], flush=True)
     report["decode"] = {}
     for scale in ("cpu", "gpu"):
-        rows, plain = bench.bench_decode(ks=(1, 2, 3, 4, 6, 8), n_prompts=3, device="cuda", scale=scale)
+        rows, plain = bench.bench_decode(ks=(1, 2, 3, 4, 6, 8), n_prompts=5, device="cuda", scale=scale)
         report["decode"][scale] = {"plain": plain, "best": bench.best_rows(rows)}
         print(bench.markdown(rows, plain), flush=True)
     paths.benchmarks().mkdir(parents=True, exist_ok=True)

@@ -19,39 +19,27 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import time
 
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from lessonlib.core import tree
-from lessonlib.models import data
-from lessonlib import paths
+from lessonlib import threads
+from lessonlib.bench import common
 from lessonlib.bench.decode import bench_decode
-from lessonlib.decoding.timing import fastest
+from lessonlib.core import tree
+from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
+from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models.heads import load_head
 from lessonlib.models import CHECKPOINTS, load
-from lessonlib.core.theory import expected_tokens_per_verify
+from lessonlib.core.theory import alpha_for_speedup
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
 TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}
-
-
-def warm_seconds(fn, reps=200):
-    """Median seconds of ``fn()`` called ``reps`` times in a row (after 20 untimed calls)."""
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 @torch.inference_mode()
@@ -96,45 +84,38 @@ def operator_profile(run):
             "share_in_operators": op_seconds / wall}
 
 
-def alpha_needed(speedup, k, c, verify_cost):
-    """Least alpha with E(alpha, k) / (k c + verify cost) >= ``speedup`` (a round costing only
-    its forwards), by bisection; inf when even alpha = 1 falls short."""
-    cost = k * c + verify_cost
-    if (k + 1) / cost < speedup:
-        return float("inf")
-    lo, hi = 0.0, 1.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens_per_verify(mid, k) / cost < speedup else (lo, mid)
-    return hi
+def eagle_trees(target, eagle, prompts, new_tokens, repeats):
+    """The EAGLE shapes of ``TREES`` against plain decoding, interleaved per prompt (bench.common)."""
+    def tree_run(branching):
+        rule = functools.partial(tree.draft_topk, branching=branching)
+        return lambda prompt, i: tree_generate(target, EagleDrafter(eagle, target), prompt, new_tokens, rule=rule)
+
+    runs = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens),
+                                {name: tree_run(b) for name, b in TREES.items()}, prompts, repeats, same_tokens=True)
+    out = {}
+    for name, branching in TREES.items():
+        spread = measures.summarise(runs[name])
+        out[name] = {**common.medians(spread), "spread": spread, "head_calls_per_round": len(branching),
+                     "draft_ms_per_round": 1e3 * float(np.median([r["draft_seconds_per_round"] for r in runs[name]])),
+                     "verify_ms_per_round": 1e3 * spread["verify_forward_seconds"]["median"]}
+    return out
 
 
-def median(runs, key):
-    return float(np.median([r[key] for r in runs]))
-
-
-def run(n_prompts=5, prompt_len=64, new_tokens=128, repeats=3, ks=range(1, 7), directory=CHECKPOINTS):
-    # the chain sweep is the decode benchmark's, restricted to draft-kl on code at T = 0
+def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt_len"],
+        new_tokens=common.DEFAULTS["new_tokens"], repeats=common.DEFAULTS["repeats"], ks=range(1, 7),
+        directory=CHECKPOINTS):
+    # the chain sweep is the decode benchmark's, restricted to draft-kl on code at T = 0: same c, r
     chain, plain_rows = bench_decode(drafts=("draft-kl",), ks=ks, temperatures=(0.0,), corpora=("code",),
                                      n_prompts=n_prompts, prompt_len=prompt_len, new_tokens=new_tokens,
                                      device="cpu", repeats=repeats)
     for row in chain:
         row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]  # measured / predicted at zero loop overhead
-        row["alpha_for_1.6x"] = alpha_needed(1.6, row["k"], row["c"], row["verify_cost"])
-    step_s, plain_seconds = plain_rows[0]["target_forward_seconds"], plain_rows[0]["prompt_seconds"]
+        row["alpha_for_1.6x"] = float(alpha_for_speedup(1.6, row["k"], row["c"], row["r"]))  # the one inverse of E
+    step_s = plain_rows[0]["target_forward_seconds"]
     target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
     eagle = load_head("eagle", target, directory)
-    prompts = data.heldout_prompts("code", n_prompts, prompt_len)  # the sweep's prompts
-    trees = {}
-    for name, branching in TREES.items():
-        rule = functools.partial(tree.draft_topk, branching=branching)
-        runs = [fastest(lambda: tree_generate(target, EagleDrafter(eagle, target), p, new_tokens, rule=rule), repeats)[1]
-                for p in prompts]
-        trees[name] = {"tau": median(runs, "tau"),
-                       "speedup": float(np.median([b / r["seconds"] for r, b in zip(runs, plain_seconds)])),
-                       "draft_ms_per_round": 1e3 * median(runs, "draft_seconds_per_round"),
-                       "verify_ms_per_round": 1e3 * median(runs, "verify_forward_seconds"),
-                       "head_calls_per_round": len(branching)}
+    prompts = common.prompts("code", n_prompts, prompt_len)  # the sweep's prompts
+    trees = eagle_trees(target, eagle, prompts, new_tokens, repeats)
     best = max(chain, key=lambda r: r["speedup"])
     best_tree = max(trees, key=lambda n: trees[n]["speedup"])
     profiles = {
@@ -145,7 +126,7 @@ def run(n_prompts=5, prompt_len=64, new_tokens=128, repeats=3, ks=range(1, 7), d
                                                           rule=functools.partial(tree.draft_topk, branching=TREES[best_tree]))),
     }
     in_loop = {"target step (1 token)": step_s,
-               f"target verify ({best['k'] + 1} tokens)": best["verify_cost"] * step_s,
+               f"target verify ({best['k'] + 1} tokens)": best["r"] * step_s,
                "draft-kl step (1 token)": best["c"] * step_s,
                EAGLE_CALL: trees["EAGLE chain K=4"]["draft_ms_per_round"] / 4e3}
     return {"warm_seconds": warm_forwards(target, draft, eagle, k=best["k"]), "in_loop_seconds": in_loop,
@@ -162,40 +143,45 @@ def markdown(report) -> str:
     for name, p in report["operators"].items():
         lines.append(f"| {name} | {p['ops_per_round']:.0f} | {p['us_per_op']:.1f} | {1e3 * p['op_seconds_per_round']:.2f} "
                      f"| {p['share_in_operators']:.2f} |")
-    lines += ["", "| K | tau | alpha | c | verify cost | loop overhead (ms/round) | predicted | forward-bound | measured "
-              "| measured / predicted | ceiling of measured / predicted | alpha for 1.6x |", "|" + "---|" * 12]
+    lines += ["", "| K | tau | alpha (decoding) | c | r | loop overhead (ms/round) | predicted | forward-bound | measured "
+              "[IQR] | measured / predicted | ceiling of measured / predicted | alpha for 1.6x |", "|" + "---|" * 12]
     for r in report["chain"]:
-        lines.append(f"| {r['k']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['c']:.3f} | {r['verify_cost']:.2f} | "
+        lines.append(f"| {r['k']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['c']:.3f} | {r['r']:.2f} | "
                      f"{1e3 * r['overhead_seconds_per_round']:.2f} | {r['predicted_speedup']:.2f}x | "
-                     f"{r['forward_bound_speedup']:.2f}x | {r['speedup']:.2f}x | {r['measured_over_predicted']:.2f} | "
-                     f"{r['ratio_ceiling']:.2f} | "
-                     f"{r['alpha_for_1.6x']:.3f} |")
-    lines += ["", "| EAGLE (T = 0) | tau | speedup | drafting ms / round | verify ms / round |", "|---|---|---|---|---|"]
+                     f"{r['forward_bound_speedup']:.2f}x | {common.cell(r['spread'], 'speedup', unit='x')} | "
+                     f"{r['measured_over_predicted']:.2f} | {r['ratio_ceiling']:.2f} | {r['alpha_for_1.6x']:.3f} |")
+    lines += ["", "| EAGLE (T = 0) | tau | speedup [IQR] | drafting ms / round | verify ms / round |", "|---|---|---|---|---|"]
     for name, t in report["trees"].items():
-        lines.append(f"| {name} | {t['tau']:.2f} | {t['speedup']:.2f}x | {t['draft_ms_per_round']:.2f} | {t['verify_ms_per_round']:.2f} |")
-    lines += ["", "c and verify cost in plain target steps measured in the loop; predicted = E(alpha, K) / (K c + 1) "
-              "(verify priced as one step); forward-bound = tau / (K c + verify cost); ceiling of measured / predicted = "
+        lines.append(f"| {name} | {t['tau']:.2f} | {common.cell(t['spread'], 'speedup', unit='x')} | "
+                     f"{t['draft_ms_per_round']:.2f} | {t['verify_ms_per_round']:.2f} |")
+    lines += ["", "Medians over prompts, plain and speculative runs interleaved per prompt. c = draft step / one-token "
+              "target step and r = verify forward / one-token step, measured in the loop (lessonlib.decoding.measures, "
+              "the decode benchmark's sweep); predicted = E(alpha, K) / (K c + 1) "
+              "(verify priced as one step); forward-bound = tau / (K c + r); ceiling of measured / predicted = "
               "forward-bound / predicted (what a loop with no overhead at all would score); alpha for 1.6x = the alpha "
-              "at which E(alpha, K) / (K c + verify cost) = 1.6 at these costs."]
+              "at which E(alpha, K) / (K c + r) = 1.6 at these costs."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3, help="time every run this many times, keep the fastest")
+    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
+    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
+    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
+                        help="time every run this many times, keep the fastest")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.prompts < measures.MIN_PROMPTS:
+        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
     started = time.time()
+    n_threads = threads.apply()
     report = run(args.prompts, new_tokens=args.new_tokens, repeats=args.repeats)
-    report["setup"] = {"corpus": "code (held-out)", "temperature": 0.0, "prompts": args.prompts, "new_tokens": args.new_tokens,
-                       "repeats": args.repeats, "threads": torch.get_num_threads(), "torch": torch.__version__,
-                       "seconds": round(time.time() - started, 1)}
-    OUTPUTS = paths.benchmarks()
-    OUTPUTS.mkdir(parents=True, exist_ok=True)
-    (OUTPUTS / "profile.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    report["setup"] = {"corpus": "code (held-out)", "temperature": 0.0, "prompts": args.prompts,
+                       "prompt_tokens": common.DEFAULTS["prompt_len"], "new_tokens": args.new_tokens,
+                       "repeats": args.repeats, "threads": n_threads, "seconds": round(time.time() - started, 1)}
+    report["machine"] = common.machine()
     md = markdown(report)
-    (OUTPUTS / "profile.md").write_text(md)
+    common.write_report("profile", report, md, args.out)
     print(md)
 
 

@@ -3,7 +3,7 @@
 Backends: ``numpy`` (CPU), ``torch-cpu`` and ``torch-cuda``. The choice, first match wins:
 the ``name`` argument of ``select``, the environment variable ``LESSONLIB_BACKEND``, then
 automatic -- ``torch-cuda`` when ``torch.cuda.is_available()``, else ``numpy``.
-Notebooks print ``describe()`` once at the top ("running on: CPU (numpy)").
+Notebooks print ``describe()`` once at the top ("running on: CPU (numpy); 1 torch thread ...").
 
 The batched algorithms are written once against an *array namespace*: the handful of
 functions they need are spelled the same in numpy and torch (``cumsum``, ``where``,
@@ -101,8 +101,11 @@ def select(name: str | None = None) -> Backend:
 
 
 def describe(backend: Backend | str | None = None) -> str:
-    """One line saying where the maths runs: "running on: CPU (numpy)" / "CUDA (NVIDIA H200)"."""
-    return (backend if isinstance(backend, Backend) else select(backend)).describe()
+    """One line saying where the maths runs and with how many CPU threads (``lessonlib.threads``):
+    "running on: CPU (numpy); 1 torch thread (course default; LESSONLIB_THREADS overrides)"."""
+    from lessonlib import threads  # standard library only: core stays free of torch
+
+    return (backend if isinstance(backend, Backend) else select(backend)).describe() + "; " + threads.describe()
 
 
 # ----------------------------------------------------------------------------- namespace

@@ -13,7 +13,7 @@ import numpy as np
 
 from lessonlib.core.batched import check_rounds, verify_rounds
 from lessonlib.core.sampling import residual_rows
-from lessonlib.core.validate import check_k, check_probs
+from lessonlib.core.validate import check_k, check_probs, check_rng
 
 
 def _check_draft_tokens(draft_tokens, K, V):
@@ -39,6 +39,7 @@ def verify_chain(p_rows, q_rows, draft_tokens, rng: np.random.Generator, validat
         if p.shape[0] != 1 or q.shape[0] != 1:
             raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
         d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
+        check_rng(rng)
     else:
         p, q, K = p_rows[None], q_rows[None], len(draft_tokens)
         d = np.asarray(draft_tokens, dtype=np.int64)
@@ -106,6 +107,7 @@ def draft_with_alpha(p, alpha: float, rng: np.random.Generator) -> np.ndarray:
     falls monotonically to acceptance_rate(p, r) at lam = 1: bisection finds lam. alpha
     below acceptance_rate(p, r) is unreachable (ValueError)."""
     p = check_probs(p)
+    check_rng(rng)
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if p.ndim == 2:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from lessonlib.core.backend import array_namespace, is_torch
-from lessonlib.core.validate import check_probs, check_temperature
+from lessonlib.core.validate import check_probs, check_rng, check_temperature
 
 GREEDY_TEMPERATURE = 1e-5  # at or below this, sampling means argmax
 RESIDUAL_EPS = 1e-12  # residual mass at or below this is rounding noise (p == q)
@@ -85,7 +85,7 @@ def inverse_cdf(p, u):
 def sample(p, rng: np.random.Generator):
     """Draw x ~ p for each row (an int for a 1-D p, an int array for 2-D), by inverse CDF."""
     p = check_probs(p)
-    x = inverse_cdf(p, np.asarray(rng.random(p.shape[:-1])))
+    x = inverse_cdf(p, np.asarray(check_rng(rng).random(p.shape[:-1])))
     return int(x) if x.ndim == 0 else x
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from scipy import stats as _scipy_stats
 from scipy.special import gammaln
 
-from lessonlib.core.validate import check_probs
+from lessonlib.core.validate import check_probs, check_rng
 
 def tv_distance(p, q):
     """TV(p, q) = 1/2 sum_x |p(x) - q(x)| = 1 - sum_x min(p(x), q(x)), per row."""
@@ -45,6 +45,7 @@ def tv_null_quantile(p, n: int, rng: np.random.Generator, level: float = 0.999, 
     rejects "the samples come from p" with false-alarm rate 1 - level. (The spread around
     ``tv_noise_floor`` depends on how peaked p is, so it is simulated, not a fixed ratio.)"""
     p = check_probs(p, "p", ndim=(1,))
+    check_rng(rng)
     if int(n) != n or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n}")
     if not 0 < level < 1:

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from lessonlib.core.sampling import inverse_cdf
-from lessonlib.core.validate import check_probs
+from lessonlib.core.validate import check_probs, check_rng, check_token_ids
 
 
 # ----------------------------------------------------------------------------- structure
@@ -272,11 +272,19 @@ def draft_dynamic(expand, depth, top_k, total):
 
 # ----------------------------------------------------------------------------- verification
 
-def _check_tree(parents, tokens, rows, name):
+def _check_tree(parents, tokens, rows, name, vocab_size=None):
+    """parents, tokens (integer ids in [0, vocab_size), or >= 0 when the vocabulary is not
+    known) and N + 1 rows."""
     parents = check_parents(parents)
-    tokens = np.asarray(tokens, dtype=np.int64)
-    if tokens.shape != parents.shape:
-        raise ValueError(f"tokens must have one entry per node ({len(parents)}), got shape {tokens.shape}")
+    raw = np.asarray(tokens)
+    if raw.shape != parents.shape:
+        raise ValueError(f"tokens must have one entry per node ({len(parents)}), got shape {raw.shape}")
+    if vocab_size is not None:
+        tokens = check_token_ids(raw, vocab_size, "tokens")
+    elif raw.size and (not np.issubdtype(raw.dtype, np.integer) or raw.min() < 0):
+        raise ValueError(f"tokens must be integer token ids >= 0, got {raw.tolist()}")
+    else:
+        tokens = raw.astype(np.int64)
     rows = np.asarray(rows)
     if len(rows) != len(parents) + 1:
         raise ValueError(f"{name} must have N + 1 = {len(parents) + 1} rows (context, then each node), got {len(rows)}")
@@ -320,8 +328,9 @@ def verify_tree(parents, tokens, p_rows, rng):
     ``p_rows[0]`` is the target distribution after the context, ``p_rows[i + 1]`` after
     node i. Returns (path, emitted) like ``verify_tree_greedy``.
     """
-    parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows")
     p_rows = check_probs(p_rows, "p_rows", ndim=(2,))
+    parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows", p_rows.shape[-1])
+    check_rng(rng)
     children = _children(parents)
     node, path = -1, []
     while True:
@@ -340,8 +349,8 @@ def verify_tree(parents, tokens, p_rows, rng):
 def tree_output_distribution(parents, tokens, p_rows) -> dict:
     """Exact distribution of ``verify_tree``'s emitted tokens, by enumerating its branches:
     {tuple(emitted tokens): probability}. For tests and the notebook (small vocabularies)."""
-    parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows")
     p_rows = check_probs(p_rows, "p_rows", ndim=(2,))
+    parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows", p_rows.shape[-1])
     children = _children(parents)
     out = {}
 

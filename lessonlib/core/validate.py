@@ -16,13 +16,16 @@ from lessonlib.core.backend import array_namespace, is_torch
 PROB_TOL = 1e-6  # rows must sum to 1 within this
 
 
-def check_int(value, name: str, minimum: int | None = None) -> int:
-    """``value`` as an int; integer-valued floats pass, bools, fractions, NaN and inf do not."""
+def check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an int; integer-valued floats pass, bools, fractions, NaN and inf do not.
+    ``minimum`` / ``maximum``: inclusive bounds."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or int(value) != value:
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if minimum is not None and value < minimum or maximum is not None and value > maximum:
+        low = "" if minimum is None else f" >= {minimum}"
+        high = "" if maximum is None else f" <= {maximum}"
+        raise ValueError(f"{name} must be an integer{low}{' and' if low and high else ''}{high}, got {value!r}")
     return int(value)
 
 
@@ -78,6 +81,18 @@ def check_rng(rng, name: str = "rng") -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"{name} must be a numpy.random.Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
     return rng
+
+
+def check_round_counts(result, name: str = "speculate") -> tuple[int, int]:
+    """A round's reported (accepted, drafted): integers with drafted >= 1 and
+    0 <= accepted <= drafted (accepted = -1 would emit no token; accepted > drafted would count
+    tokens never drafted)."""
+    try:
+        accepted, drafted = result
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must return (accepted, drafted), got {result!r}") from None
+    drafted = check_int(drafted, f"drafted (returned by {name})", minimum=1)
+    return check_int(accepted, f"accepted (returned by {name})", minimum=0, maximum=drafted), drafted
 
 
 def check_finite_1d(values, name: str, min_len: int = 1) -> np.ndarray:

@@ -79,7 +79,8 @@ def feature_drafter_flow(kind: str = "eagle", ax=None):
     if kind not in ("eagle", "eagle3", "mtp"):
         raise ValueError(f"kind must be 'eagle', 'eagle3' or 'mtp', got {kind!r}")
     ax = _axes(ax, (9, 2.8))
-    _box(ax, 0.0, 1.6, 1.6, 0.5, "target (frozen)\nlast pass", COLORS["p"])
+    who = "target (trained with\nthe modules)" if kind == "mtp" else "target (frozen)\nlast pass"
+    _box(ax, 0.0, 1.6, 1.6, 0.5, who, COLORS["p"])
     if kind == "eagle3":
         for i, name in enumerate(("low", "middle", "top")):
             _box(ax, 1.9, 2.25 - 0.45 * i, 1.0, 0.35, f"{name} feature", COLORS["p"], alpha=0.55, text_color="black")
@@ -94,13 +95,14 @@ def feature_drafter_flow(kind: str = "eagle", ax=None):
         _arrow(ax, (1.6, 1.85), (1.9, 1.85))
         feat_end = 3.2
     _box(ax, 1.9, 0.5, 1.3, 0.5, "embedding of\nthe next token", "0.6")
-    norm = "RMSNorm both, " if kind == "mtp" else ""
-    _box(ax, feat_end + 0.3, 1.0, 1.3, 0.7, f"{norm}concat\n→ fc (2C → C)", "0.35")
+    label = "RMSNorm both,\nconcat → fc\n(2C → C)" if kind == "mtp" else "concat\n→ fc (2C → C)"
+    _box(ax, feat_end + 0.3, 1.0, 1.3, 0.7, label, "0.35", fontsize=7 if kind == "mtp" else 8)
     _arrow(ax, (feat_end, 1.85), (feat_end + 0.3, 1.5))
     _arrow(ax, (3.2, 0.75), (feat_end + 0.3, 1.2))
     _box(ax, feat_end + 1.9, 1.0, 1.1, 0.7, "one decoder\nblock", "0.25")
     _arrow(ax, (feat_end + 1.6, 1.35), (feat_end + 1.9, 1.35))
-    _box(ax, feat_end + 3.3, 1.0, 1.3, 0.7, "target's LM head\n(shared)", COLORS["p"])
+    head = "target's LM head\n(shared here; the\npaper's has its own)" if kind == "eagle3" else "target's LM head\n(shared)"
+    _box(ax, feat_end + 3.3, 1.0, 1.3, 0.7, head, COLORS["p"], fontsize=7 if kind == "eagle3" else 8)
     _arrow(ax, (feat_end + 3.0, 1.35), (feat_end + 3.3, 1.35))
     _box(ax, feat_end + 4.9, 1.0, 1.0, 0.7, "draft tokens\n→ tree", COLORS["q"])
     _arrow(ax, (feat_end + 4.6, 1.35), (feat_end + 4.9, 1.35))

@@ -17,6 +17,7 @@ import torch
 
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, sample, softmax
+from lessonlib.core.validate import check_int, check_k, check_temperature, check_token_ids
 from lessonlib.decoding import measures
 from lessonlib.decoding.timing import Clock, untimed
 
@@ -34,16 +35,19 @@ def timing_stats(clock: Clock, seconds: float, max_new_tokens: int) -> dict:
     }
 
 
-def _check_budget(model, prompt_tokens, max_new_tokens, extra=0):
+def _check_budget(model, prompt_tokens, max_new_tokens, extra=0, name="the model"):
+    """The prompt (token ids of ``model``'s vocabulary) and ``max_new_tokens`` (+ ``extra``
+    positions a round scores beyond them) must fit the context: exactly filling it is fine."""
     if len(prompt_tokens) < 1:
         raise ValueError("prompt_tokens must hold at least one token")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_token_ids(prompt_tokens, model.config.vocab_size, "prompt_tokens")
+    max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
     need = len(prompt_tokens) + max_new_tokens + extra
     if need > model.config.block_size:
+        ahead = f" + lookahead ({extra})" if extra > 0 else f" - {-extra}" if extra < 0 else ""
         raise ValueError(
-            f"prompt ({len(prompt_tokens)}) + max_new_tokens ({max_new_tokens}) + lookahead ({extra}) "
-            f"must fit the context of {model.config.block_size} tokens"
+            f"prompt ({len(prompt_tokens)}) + max_new_tokens ({max_new_tokens}){ahead} = {need} positions "
+            f"must fit the context of {name} ({model.config.block_size} tokens)"
         )
 
 
@@ -65,7 +69,7 @@ def _rng(rng):
 
 def next_token(logits_row, temperature, rng):
     """The token after a row of logits: argmax at T <= 1e-5, else a sample from softmax(z / T)."""
-    if temperature <= GREEDY_TEMPERATURE:
+    if check_temperature(temperature) <= GREEDY_TEMPERATURE:  # a negative T raises, it is not greedy
         return int(np.argmax(logits_row))
     return int(sample(softmax(logits_row, temperature), rng))
 
@@ -77,8 +81,7 @@ def generate(model, prompt_tokens, max_new_tokens, temperature=0.0, rng=None):
     Returns (new_tokens, stats) with stats: target_calls, seconds, tokens_per_second,
     seconds_per_token.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check_temperature(temperature)
     _check_budget(model, prompt_tokens, max_new_tokens)
     rng = _rng(rng)
     clock = Clock(model.device)
@@ -109,7 +112,10 @@ def speculative_round(target, draft, t_cache, d_cache, seq, k, temperature, rng,
     T <= 1e-5; the target judges at ``temperature`` with ``verify_chain``, or ``verify_greedy``
     at T <= 1e-5. Rows straight from ``softmax`` are valid, so the rule skips its input checks.
     """
-    tq = temperature if draft_temperature is None else draft_temperature
+    # checked here, not only by the callers: the fallback stream calls this with a temperature
+    # that may change at every position (a negative one must raise, not mean greedy)
+    check_temperature(temperature)
+    tq = temperature if draft_temperature is None else check_temperature(draft_temperature, "draft_temperature")
     greedy = temperature <= GREEDY_TEMPERATURE
     drafts, q_rows, pending = [], [], seq[d_cache.length :]
     for _ in range(k):
@@ -147,13 +153,17 @@ def speculative_generate(target, draft, prompt_tokens, k, max_new_tokens, temper
     step and one verify forward. c and r need a one-token target step, which this loop never
     takes: ``measures.compare(stats, plain_stats)`` combines it with plain decoding's.
     """
-    if not isinstance(k, (int, np.integer)) or k < 1:
+    if not isinstance(k, (int, np.integer)):
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    k = check_k(k)
+    check_temperature(temperature)
     if target.config.vocab_size != draft.config.vocab_size:
-        raise ValueError("target and draft must share a vocabulary")
-    _check_budget(target, prompt_tokens, max_new_tokens, extra=k + 1)
+        raise ValueError(f"target and draft must share a vocabulary, got sizes {target.config.vocab_size} "
+                         f"and {draft.config.vocab_size}")
+    # the last round starts with at most prompt + max_new_tokens - 1 tokens and the target
+    # scores k drafts past them: k - 1 positions beyond the output (the draft needs fewer)
+    _check_budget(target, prompt_tokens, max_new_tokens, extra=k - 1, name="the target")
+    _check_budget(draft, prompt_tokens, max_new_tokens, extra=k - 2, name="the draft")
     rng = _rng(rng)
     clock = Clock(target.device)
     seq = list(prompt_tokens)

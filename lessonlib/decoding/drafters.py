@@ -21,7 +21,9 @@ class Drafter(Protocol):
     """What the tree loop asks of a draft.
 
     ``needs_features``: whether ``commit`` needs the target's hidden states (EAGLE, Medusa,
-    MTP); such drafters need a prompt of at least 2 tokens.
+    MTP); such drafters need a prompt of at least 2 tokens. An optional ``feature_layers``
+    (a tuple of block indices) asks for those blocks' outputs concatenated instead of the top
+    block's (EAGLE-3).
     ``commit(seq, features)``: called once before the first round and after every round with
     the committed sequence (a list of token ids) and the target's hidden states at the
     positions committed in that round (all but the last token's).
@@ -131,6 +133,7 @@ class EagleDrafter(TreeDrafter):
 
     def __init__(self, head, target):
         self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
+        self.feature_layers = getattr(head, "layers", None)  # EAGLE-3 reads fused low/middle/top features
 
     def commit(self, seq, features):
         """``features``: the target's hidden states at the last ``n`` committed positions but

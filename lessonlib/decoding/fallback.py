@@ -1,9 +1,9 @@
-"""When speculation stops paying: the break-even temperature and a fallback policy.
+"""When speculation stops paying: a fallback policy and the loop it runs in.
 
-* ``acceptance_by_temperature`` -- alpha(T) for sampled, deterministic and mistempered drafts,
-  teacher-forced: one target and one draft forward over held-out text give every temperature.
-* ``breakeven_temperature`` -- from a measured acceptance curve alpha(T) and the cost ratio c,
-  the lowest temperature at which the expected speedup E/(K c + 1) falls to 1.
+The numpy side -- alpha(T) measured teacher-forced (``acceptance_by_temperature``), the
+break-even temperature, alpha's estimate from a window of rounds -- is in
+``lessonlib.core.temperature`` and re-exported here.
+
 * ``FallbackPolicy`` -- decides, verification by verification, whether to speculate. It keeps a
   sliding-window estimate of alpha, turns speculation off when the predicted speedup drops
   below ``off_below``, probes now and then while off, and turns it back on when the probes
@@ -20,137 +20,14 @@ from collections import deque
 
 import numpy as np
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 
+from lessonlib.core.temperature import (acceptance_by_temperature, alpha_for_speedup, alpha_mle,  # noqa: F401
+                                        breakeven_temperature, tau_by_position)
+from lessonlib.core.theory import expected_tokens_per_verify
+from lessonlib.core.validate import check_c, check_k, check_round_counts, check_temperature
 from lessonlib.decoding.decode import feed, next_token, speculative_round
-from lessonlib.core.sampling import acceptance_rate, softmax
-from lessonlib.core import theory
-from lessonlib.core.theory import breakeven_alpha, expected_tokens_per_verify
-from lessonlib.core.validate import check_c, check_finite_1d, check_k
 
 ACTIONS = ("speculate", "probe", "plain")
-
-
-def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), draft_temperature=None):
-    """Per-position acceptance at each temperature for each kind of draft (teacher-forced).
-
-    p_logits, q_logits: (N, V) target and draft logits at the same N positions of a text.
-    Returns {kind: (len(temperatures), N) array}, with p_T = softmax(p_logits / T):
-      "sampled"  -- draft sampled from q_T (tempered like the target): sum_x min(p_T, q_T);
-      "greedy"   -- deterministic draft x = argmax q (q one-hot): the exact rule accepts with p_T(x);
-      "top{w}"   -- w deterministic candidates (top-w of q, as in a top-k tree): the chance the
-                    target's token is one of them, sum over the candidates of p_T;
-      "mismatch" -- draft sampled at ``draft_temperature`` whatever T is: sum_x min(p_T, q_Tq).
-    Tempering keeps the order of the logits, so argmax and top-w of q are the same at every T.
-    """
-    p_logits, q_logits = np.asarray(p_logits, dtype=float), np.asarray(q_logits, dtype=float)
-    if p_logits.ndim != 2 or p_logits.shape != q_logits.shape:
-        raise ValueError(f"p_logits and q_logits must be (N, V) arrays of the same shape, "
-                         f"got {p_logits.shape} and {q_logits.shape}")
-    temps = np.asarray(temperatures, dtype=float)
-    if temps.ndim != 1 or len(temps) == 0 or not np.all(np.isfinite(temps)) or np.any(temps < 0):
-        raise ValueError(f"temperatures must be a non-empty 1-D sequence of numbers >= 0, got {temperatures!r}")
-    V = p_logits.shape[1]
-    if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 1 <= w <= V for w in widths):
-        raise ValueError(f"widths must be integers in [1, V={V}], got {widths!r}")
-    order = np.argsort(-q_logits, axis=1)  # candidates by draft preference, best first
-    q_fixed = None if draft_temperature is None else softmax(q_logits, draft_temperature)
-    out = {"sampled": [], "greedy": [], **{f"top{w}": [] for w in widths}}
-    if q_fixed is not None:
-        out["mismatch"] = []
-    for t in temps:
-        p = softmax(p_logits, t)
-        out["sampled"].append(acceptance_rate(p, softmax(q_logits, t)))
-        p_sorted = np.take_along_axis(p, order[:, : max(widths, default=1)], axis=1)
-        out["greedy"].append(p_sorted[:, 0])
-        cum = np.cumsum(p_sorted, axis=1)
-        for w in widths:
-            out[f"top{w}"].append(cum[:, w - 1])
-        if q_fixed is not None:
-            out["mismatch"].append(acceptance_rate(p, q_fixed))
-    return {kind: np.array(rows) for kind, rows in out.items()}
-
-
-def tau_by_position(beta, k):
-    """Tokens per verify from per-position acceptance beta_t along a text (chains started at every t):
-
-        tau = mean_t [1 + sum_{j=1..K} prod_{i<j} beta_{t+i}].
-
-    Equals E(alpha, K) when beta is constant; with real text, easy and hard tokens cluster,
-    so tau differs from E(mean beta, K) -- this measures by how much.
-    """
-    beta = np.asarray(beta, dtype=float)
-    k = check_k(k)
-    if beta.ndim != 1 or len(beta) < k or np.any(~np.isfinite(beta)) or np.any((beta < 0) | (beta > 1)):
-        raise ValueError(f"beta must be a 1-D array of at least k={k} acceptance probabilities in [0, 1]")
-    runs = np.cumprod(sliding_window_view(beta, k), axis=1)  # P(first j drafts accepted), j = 1..K
-    return float(1 + runs.sum(axis=1).mean())
-
-
-def alpha_for_speedup(speedup, k, c, r=1.0):
-    """The least alpha in [0, 1] with E(alpha, K) / (K c + r) >= ``speedup``: the scalar form of
-    ``theory.alpha_for_speedup`` (the one inverse), as the policy's thresholds are numbers.
-
-    r is the cost of a verify round beyond the drafts, in plain decoding steps (1 in the
-    formula of Leviathan et al.; measured, it also holds the verify's extra tokens and the
-    loop's own work). ``alpha_for_speedup(1, k, c) == breakeven_alpha(k, c)``. Speedups between
-    1/(Kc+r) and (K+1)/(Kc+r) are reached at some alpha; below that range every alpha reaches
-    them (returns 0.0), above it none does (returns inf: a threshold no estimate can pass).
-    """
-    k = check_k(k)
-    check_c(c)
-    if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
-        raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
-    if not np.isscalar(speedup) or not np.isfinite(speedup) or speedup <= 0:
-        raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
-    return float(theory.alpha_for_speedup(speedup, k, c, r))
-
-
-def breakeven_temperature(temperatures, alphas, c, k=None):
-    """The lowest temperature T at which speculation stops paying, from a measured alpha(T).
-
-    alpha(T) is interpolated linearly between the measured points. With ``k`` given the
-    speedup is S(T) = E(alpha(T), k) / (k c + 1); with ``k=None`` it is the best-K speedup
-    max_K E/(K c + 1). S rises with alpha, so S(T) = 1 exactly where alpha(T) = alpha*, with
-    alpha* = breakeven_alpha(k, c); for the best K, alpha* = breakeven_alpha(1, c) = c, because
-    E(alpha, K) <= 1 + K alpha < 1 + K c whenever alpha < c (Leviathan et al. Cor. 3.9).
-
-    Returns the first T in [T_0, T_max] with alpha(T) <= alpha* (T_0 itself if speculation
-    never pays in the measured range), or ``inf`` if alpha stays above alpha* everywhere.
-    """
-    t = check_finite_1d(temperatures, "temperatures", 2)
-    a = check_finite_1d(alphas, "alphas", 2)
-    if len(t) != len(a):
-        raise ValueError(f"temperatures and alphas must have the same length, got {len(t)} and {len(a)}")
-    if np.any(t < 0) or np.any(np.diff(t) <= 0):
-        raise ValueError(f"temperatures must be >= 0 and strictly increasing, got {temperatures!r}")
-    if np.any(a < 0) or np.any(a > 1):
-        raise ValueError(f"alphas must lie in [0, 1], got {alphas!r}")
-    check_c(c)
-    if k is not None:
-        k = check_k(k)
-    a_star = float(breakeven_alpha(1 if k is None else k, c))
-    a_star = 1.0 if np.isnan(a_star) else a_star  # c > 1: no alpha pays
-    below = np.flatnonzero(a <= a_star)
-    if len(below) == 0:
-        return float("inf")
-    i = int(below[0])
-    if i == 0:
-        return float(t[0])
-    # alpha crosses alpha* inside [t[i-1], t[i]]: solve the straight line for it
-    w = (a[i - 1] - a_star) / (a[i - 1] - a[i])
-    return float(t[i - 1] + w * (t[i] - t[i - 1]))
-
-
-def alpha_mle(accepted, rejected):
-    """Per-token acceptance from rounds: sum(accepted) / (sum(accepted) + sum(rejected)).
-
-    Each round judges its accepted drafts (successes) and at most one rejected draft
-    (a failure); drafts after a rejection are never judged. Counting them (accepted / drafted,
-    the "draft acceptance rate" engines report) would bias alpha low. Returns nan with no data.
-    """
-    judged = np.sum(accepted) + np.sum(rejected)
-    return float(np.sum(accepted) / judged) if judged > 0 else float("nan")
 
 
 class FallbackPolicy:
@@ -291,7 +168,7 @@ def _steps(policy, speculate, plain, n_tokens, clock):
             emitted = 1
             policy.record_plain(1)
         else:
-            accepted, drafted = speculate(position)
+            accepted, drafted = check_round_counts(speculate(position), "speculate")  # -1 would loop forever
             emitted = accepted + 1
             policy.record(accepted, drafted)
         yield position, emitted, clock() - start, act
@@ -353,8 +230,8 @@ class ModelStream:
             raise ValueError("target and draft must share a vocabulary")
         if len(prompt_tokens) < 1:
             raise ValueError("prompt_tokens must hold at least one token")
-        if draft_temperature is not None and not draft_temperature >= 0:
-            raise ValueError(f"draft_temperature must be >= 0 or None, got {draft_temperature!r}")
+        check_temperature(0.0 if draft_temperature is None else draft_temperature, "draft_temperature")
+        check_temperature(0.0 if callable(temperature) else temperature)  # a function of the position: at every step
         self.target, self.draft, self.k = target, draft, int(k)
         self.temperature = temperature if callable(temperature) else (lambda position: temperature)
         self.draft_temperature = draft_temperature

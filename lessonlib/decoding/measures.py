@@ -18,7 +18,9 @@ functions below, so a c in one table means the same thing as a c in another.
 * forward bound -- tau / (K c + r(K + 1)): the speedup if a round cost nothing but its
   forwards. measured / forward bound is the share the loop's bookkeeping leaves.
 
-A measured number is reported over >= 5 prompts as its median with a spread (``summary``).
+A measured number is reported over >= 5 prompts as its median with a spread (``summary``):
+``against_plain`` turns per-prompt runs into per-prompt c, r and speedups, ``summarise`` gives
+the median and inter-quartile range of each quantity, ``fmt_spread`` prints one.
 """
 from __future__ import annotations
 
@@ -67,6 +69,10 @@ def summary(values, level: float = 0.5) -> dict:
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got shape {v.shape}")
+    if not 0 < level <= 1:
+        raise ValueError(f"level must be in (0, 1], got {level!r}")
+    if np.isnan(v).any():
+        raise ValueError("values must not contain NaN (leave out the prompts where the quantity is undefined)")
     lo, hi = np.quantile(v, [0.5 - level / 2, 0.5 + level / 2])
     return {"median": float(np.median(v)), "q25": float(lo), "q75": float(hi), "n": int(v.size)}
 
@@ -96,4 +102,33 @@ def compare(method_stats: dict, plain_stats: dict, k: float | None = None) -> di
     if "draft_seconds_per_round" in method_stats:  # tree drafting: the whole draft of a round
         out["draft_cost_per_round"] = cost_ratio(method_stats["draft_seconds_per_round"], step)
         out["forward_bound"] = method_stats["tau"] / (out["draft_cost_per_round"] + out["r"])
+    return out
+
+
+def against_plain(method_runs, plain_runs, k: float | None = None) -> list[dict]:
+    """Each prompt's method stats with its ``compare`` against plain decoding of the same
+    prompt added (c, r, speedup, forward bound): prompt i of ``method_runs`` is paired with
+    prompt i of ``plain_runs``."""
+    if len(method_runs) != len(plain_runs):
+        raise ValueError(f"need one plain run per method run, got {len(method_runs)} and {len(plain_runs)}")
+    return [dict(stats) | compare(stats, plain, k) for stats, plain in zip(method_runs, plain_runs)]
+
+
+SUMMARISED = ("tau", "alpha", "c", "r", "speedup", "forward_bound", "draft_cost_per_round", "tokens_per_second",
+              "seconds_per_token", "target_forward_seconds", "draft_forward_seconds", "verify_forward_seconds")
+
+
+def summarise(runs, keys=SUMMARISED) -> dict:
+    """{quantity: summary over prompts} for each of ``keys`` that every run reports with a
+    number (alpha is NaN when a run judged nothing: those prompts are left out of alpha's)."""
+    if len(runs) == 0:
+        raise ValueError("runs must hold at least one prompt's stats")
+    out = {}
+    for key in keys:
+        values = [r.get(key) for r in runs]
+        if any(v is None for v in values):
+            continue
+        values = [float(v) for v in values if not np.isnan(float(v))]
+        if values:
+            out[key] = summary(values)
     return out

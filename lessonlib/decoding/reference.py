@@ -11,7 +11,7 @@ import numpy as np
 
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, sample, softmax
-from lessonlib.core.validate import check_k, check_rng, check_same_vocab, check_temperature
+from lessonlib.core.validate import check_int, check_k, check_rng, check_same_vocab, check_temperature
 from lessonlib.decoding import measures
 
 
@@ -24,14 +24,13 @@ def _next_logits(model, tokens, name, rows=1):
 
 def _check_decode_args(prompt, max_new_tokens, temperature, rng):
     check_temperature(temperature)
-    prompt = [int(t) for t in prompt]
+    prompt = [check_int(t, "prompt token", minimum=0) for t in prompt]  # the model checks the vocabulary
     if not prompt:
         raise ValueError("prompt must hold at least one token")
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    check_int(max_new_tokens, "max_new_tokens", minimum=1)
     greedy = temperature <= GREEDY_TEMPERATURE
-    if not greedy and not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator when temperature > 1e-5")
+    if not greedy:
+        check_rng(rng, "rng (needed when temperature > 1e-5)")
     return prompt, greedy
 
 

@@ -5,8 +5,13 @@
   times are real, not launch times.
 * ``fastest`` -- the fastest of ``repeats`` identical runs of a whole decode: other programs
   on the machine can only add time, so the minimum is the least disturbed run.
+* ``interleaved`` -- several methods (plain decoding and the speculative ones) on the same
+  prompts, taking turns run by run, each kept as its fastest: the way every speedup in the
+  course is measured, so a slow spell on a shared machine hits all methods of a prompt alike.
 * ``warm_seconds`` -- the median time of one call repeated back to back (a *warm* figure:
   the weights stay in cache, so it understates the in-loop cost; name it as such).
+* ``pass_times`` -- notebook 00's table: the fastest forward over n new tokens after a cached
+  context, the sizes taking turns within each repeat.
 """
 from __future__ import annotations
 
@@ -57,6 +62,34 @@ def fastest(run, repeats: int):
     return min((run() for _ in range(int(repeats))), key=lambda result: result[1]["seconds"])
 
 
+def interleaved(runs: dict, n_items: int, repeats: int) -> dict:
+    """The fastest (tokens, stats) of each ``runs[name](i)`` for every item i in range(n_items).
+
+    For each item the methods take turns -- A, B, C, A, B, C, ... -- ``repeats`` times, so a
+    busy spell slows every method of that item alike, and the fastest run of each is kept
+    (other programs can only add time). Each call returns (tokens, stats) with
+    ``stats["seconds"]``; a call must be repeatable (seed its own rng from ``i``).
+    Returns {name: [(tokens, stats) for each item]}.
+    """
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if int(n_items) != n_items or n_items < 1:
+        raise ValueError(f"n_items must be an integer >= 1, got {n_items!r}")
+    if not runs:
+        raise ValueError("runs must name at least one method")
+    best = {name: [] for name in runs}
+    for i in range(int(n_items)):
+        fastest_i = {}
+        for _ in range(int(repeats)):
+            for name, run in runs.items():
+                result = run(i)
+                if name not in fastest_i or result[1]["seconds"] < fastest_i[name][1]["seconds"]:
+                    fastest_i[name] = result
+        for name in runs:
+            best[name].append(fastest_i[name])
+    return best
+
+
 def warm_seconds(fn, reps: int = 200, device=None, warmup: int = 3) -> float:
     """Median seconds of ``fn()`` called ``reps`` times back to back, after ``warmup`` calls."""
     for _ in range(warmup):
@@ -69,3 +102,33 @@ def warm_seconds(fn, reps: int = 200, device=None, warmup: int = 3) -> float:
         _synchronize(device)
         times[i] = time.perf_counter() - start
     return float(np.median(times))
+
+
+def pass_times(model, sizes, context: int = 128, repeats: int = 30) -> dict:
+    """{n: fastest seconds of one forward of ``model`` over n new random tokens after a cached
+    ``context``} for each n in ``sizes``. The sizes take turns within each repeat, so a busy
+    machine slows them all alike, and the minimum keeps the least disturbed run."""
+    import torch
+
+    sizes = [int(n) for n in sizes]
+    if not sizes or min(sizes) < 1 or context < 1 or context + max(sizes) > model.config.block_size:
+        raise ValueError(f"sizes must be >= 1 and context ({context}) + max(sizes) must fit the model's "
+                         f"{model.config.block_size} positions, got sizes={sizes}")
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    vocab, device = model.config.vocab_size, model.device
+    gen = torch.Generator().manual_seed(0)
+    best = {n: float("inf") for n in sizes}
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(torch.randint(vocab, (1, context), generator=gen).to(device), cache=cache)
+        for _ in range(int(repeats)):
+            for n in sizes:
+                cache.truncate(context)  # drop the previous pass's tokens, keep the context
+                idx = torch.randint(vocab, (1, n), generator=gen).to(device)
+                _synchronize(device)
+                start = time.perf_counter()
+                model(idx, cache=cache)
+                _synchronize(device)
+                best[n] = min(best[n], time.perf_counter() - start)
+    return best

@@ -26,6 +26,7 @@ import torch
 
 from lessonlib.core import tree
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, softmax
+from lessonlib.core.validate import check_temperature, check_token_ids
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import _check_budget, _rng, timing_stats
 
@@ -34,16 +35,18 @@ from lessonlib.decoding.timing import Clock
 DEFAULT_RULE = functools.partial(tree.draft_topk, branching=(3, 2, 2))
 
 
-def verify_tree_forward(target, cache, root_token, parents, tokens):
+def verify_tree_forward(target, cache, root_token, parents, tokens, return_hidden=True):
     """One target forward over [root] + tree tokens after ``cache``: (logits, hidden) with
-    N + 1 rows, row 0 for the root and row i + 1 for node i."""
+    N + 1 rows, row 0 for the root and row i + 1 for node i. ``return_hidden``: True for the
+    top feature, a tuple of block indices for fused features (EAGLE-3)."""
     mask = tree.tree_attention_mask(tree.with_root(parents))
+    check_token_ids(tokens, target.config.vocab_size, "tokens (the drafted tree)")
     start = cache.length
     if start + len(mask) > cache.capacity:
         raise ValueError(f"the tree ({len(parents)} nodes) does not fit the context: {start} + {len(mask)} > {cache.capacity}")
     idx = torch.as_tensor(np.concatenate([[root_token], tokens]), dtype=torch.long, device=target.device)
     positions = torch.as_tensor(start + mask.sum(1) - 1, device=target.device)  # prefix_len + depth (root at depth 0)
-    logits, hidden = target(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=cache, return_hidden=True)
+    logits, hidden = target(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=cache, return_hidden=return_hidden)
     return logits[0], hidden[0]
 
 
@@ -65,9 +68,14 @@ def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_R
     Returns (new_tokens, stats): tau (tokens per target forward), acceptance by depth,
     mean nodes per tree, target_calls, draft/verify/overhead seconds, tokens_per_second.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check_temperature(temperature)
     _check_budget(target, prompt_tokens, max_new_tokens)
+    # a separate draft model (``ModelDrafter.model``) must share the vocabulary; any other
+    # drafter's tokens are checked as they enter the target (``verify_tree_forward``)
+    draft_vocab = getattr(getattr(getattr(drafter, "model", None), "config", None), "vocab_size", None)
+    if draft_vocab is not None and draft_vocab != target.config.vocab_size:
+        raise ValueError(f"drafter and target must share a vocabulary, got sizes {draft_vocab} "
+                         f"and {target.config.vocab_size}")
     if len(prompt_tokens) < 2 and drafter.needs_features:
         raise ValueError("prompt_tokens must hold at least 2 tokens for a feature-based drafter")
     greedy = temperature <= GREEDY_TEMPERATURE
@@ -75,10 +83,13 @@ def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_R
     clock = Clock(target.device)
     seq = list(prompt_tokens)
     cache = target.new_cache()
-    features = torch.zeros(0, target.config.n_embd, device=target.device)
+    # the features the drafter reads: the top block's (True) or fused blocks' (EAGLE-3)
+    features_of = getattr(drafter, "feature_layers", None) or True
+    width = target.config.n_embd * (len(features_of) if isinstance(features_of, tuple) else 1)
+    features = torch.zeros(0, width, device=target.device)
     if len(seq) > 1:  # prefill all but the last token; it is the first round's root
         idx = torch.as_tensor(seq[:-1], dtype=torch.long, device=target.device)[None]
-        features = clock("prefill", target, idx, cache=cache, return_hidden=True)[1][0]
+        features = clock("prefill", target, idx, cache=cache, return_hidden=features_of)[1][0]
     clock("prefill", drafter.commit, seq, features)
     goal = len(seq) + max_new_tokens
     lengths, nodes, depth = [], [], 0
@@ -86,7 +97,7 @@ def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_R
     while len(seq) < goal:
         parents, tokens, _ = clock("draft", rule, drafter.expand)
         start = cache.length
-        logits, hidden = clock("verify", verify_tree_forward, target, cache, seq[-1], parents, tokens)
+        logits, hidden = clock("verify", verify_tree_forward, target, cache, seq[-1], parents, tokens, features_of)
         if greedy:
             path, emitted = tree.verify_tree_greedy(parents, tokens, logits.argmax(-1).cpu().numpy())
         else:
@@ -97,7 +108,7 @@ def tree_generate(target, drafter, prompt_tokens, max_new_tokens, rule=DEFAULT_R
         clock("draft", drafter.commit, seq, hidden[keep])
         lengths.append(len(path))
         nodes.append(len(parents))
-        depth = max(depth, int(tree.tree_depth(parents).max()) + 1)
+        depth = max(depth, int(tree.tree_depth(parents).max(initial=-1)) + 1)  # an empty tree (nothing drafted) is one plain step
     seconds = time.perf_counter() - start_time
     draft_s, verify_s = clock.seconds["draft"], clock.seconds["verify"]
     rounds = len(lengths)

@@ -43,10 +43,31 @@ def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHEC
 
 
 def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+    """The checkpoint's metadata: a JSON object (a truncated or non-JSON file raises ValueError
+    with the rebuild command, not a bare JSONDecodeError)."""
     _, meta_path = checkpoint_paths(name, directory)
     if not meta_path.exists():
         raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); rebuild it with: {rebuild_command(name)}")
-    return json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"checkpoint metadata {meta_path} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint metadata {meta_path} must be a JSON object, got {type(meta).__name__}; "
+                         f"rebuild it with: {rebuild_command(name)}")
+    return meta
+
+
+def config_from_meta(meta: dict, name: str) -> GPTConfig:
+    """The ``GPTConfig`` of a checkpoint's metadata; an incomplete or mistyped ``config``
+    raises ValueError naming the rebuild command (not a KeyError or TypeError)."""
+    config = meta.get("config")
+    fields = set(GPTConfig.__dataclass_fields__)
+    if not isinstance(config, dict) or set(config) != fields \
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in config.values()):
+        raise ValueError(f"checkpoint {name!r} metadata must hold a config with positive integers {sorted(fields)}, "
+                         f"got {config!r}; rebuild it with: {rebuild_command(name)}")
+    return GPTConfig(**config)
 
 
 def scaled_name(name: str, scale: str = "cpu") -> str:
@@ -72,9 +93,13 @@ def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     if not weights.exists():
         raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
     try:
-        return {k: v.float() for k, v in load_file(str(weights)).items()}
+        state = {k: v.float() for k, v in load_file(str(weights)).items()}
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+    bad = [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
+    if bad:  # a NaN weight loads silently, then greedy decoding emits token 0 forever
+        raise ValueError(f"checkpoint {weights} holds NaN or inf weights (in {bad[0]}); rebuild it with: {rebuild_command(name)}")
+    return state
 
 
 def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False) -> GPT:
@@ -83,8 +108,7 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
     ``pack=True`` packs its weights for fast CPU decoding (``GPT.pack_for_cpu``; inference only)
     when it runs on a CPU with oneDNN; on a GPU there is nothing to pack and it is left as is.
     """
-    meta = read_meta(name, directory)
-    model = GPT(GPTConfig(**meta["config"]))
+    model = GPT(config_from_meta(read_meta(name, directory), name))
     try:
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:

@@ -57,6 +57,9 @@ def sequence_logits(model, tokens, window: int = WINDOW) -> np.ndarray:
     tokens = as_tokens(tokens)
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    block = getattr(getattr(model, "config", None), "block_size", None)  # GPT.logits raises past its context
+    if block is not None and min(window, len(tokens)) > block:
+        raise ValueError(f"window={window} is larger than the model's context ({block} tokens)")
     n = len(tokens)
     rows = []
     for start in range(0, n - 1, window):

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from lessonlib.core.validate import check_int
 from lessonlib.models.packing import PackedLinear, can_pack, pack_linears
 
 
@@ -47,19 +48,27 @@ class KVCache:
 
     def truncate(self, length: int) -> None:
         """Forget everything after the first ``length`` positions (rollback after a rejection)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"length must be in [0, {self.length}], got {length}")
-        self.length = length
+        self.length = check_int(length, "length", minimum=0, maximum=self.length)
 
     def keep(self, start: int, indices) -> None:
         """Keep positions ``start + indices`` (in that order) after ``start``; drop the rest.
 
         Used after tree verification: the accepted nodes' keys/values move down to sit right
         after the committed prefix, so the cache equals a fresh prefill of the accepted tokens.
+        ``indices``: distinct integer offsets from ``start``, each addressing a cached position
+        (``start + i < length``).
         """
-        indices = np.asarray(indices, dtype=np.int64)
+        start = check_int(start, "start", minimum=0, maximum=self.length)
+        raw = np.asarray(indices)
+        if raw.ndim != 1 or (raw.size and (raw.dtype == bool or not np.issubdtype(raw.dtype, np.number)
+                                           or not np.all(np.mod(raw, 1) == 0))):
+            raise ValueError(f"indices must be a 1-D sequence of integer offsets, got {indices!r}")
+        indices = raw.astype(np.int64)
         if len(indices) and (indices.min() < 0 or start + indices.max() >= self.length):
-            raise ValueError(f"indices must address cached positions in [{start}, {self.length})")
+            raise ValueError(f"indices must address cached positions: start + i in [{start}, {self.length}), "
+                             f"got offsets {indices.tolist()}")
+        if len(np.unique(indices)) != len(indices):
+            raise ValueError(f"indices must be distinct (a position kept twice is not a prefill), got {indices.tolist()}")
         if np.array_equal(indices, np.arange(len(indices))):  # a prefix (every chain): nothing moves
             return self.truncate(start + len(indices))
         idx = torch.as_tensor(indices, device=self.kv.device) + start
@@ -176,9 +185,12 @@ class GPT(nn.Module):
               mask); every new token always sees the whole cached prefix. Default causal.
               (T, S) with S > T also covers the newest S - T cached positions (``prefix_mask``).
         cache: when given, the new tokens' keys/values are appended to it (batch 1).
-        return_hidden: also return the last block's output before ``ln_f`` (B, T, C).
+        return_hidden: also return the last block's output before ``ln_f`` (B, T, C); a tuple
+              of block indices returns those blocks' outputs concatenated (B, T, len * C), the
+              fused features EAGLE-3 reads.
         """
         B, T = idx.shape
+        self.check_tokens(idx, "idx")
         start = cache.length if cache is not None else 0
         if cache is not None and (B != 1 or start + T > cache.capacity):
             raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch {B}, {start}+{T}")
@@ -187,29 +199,53 @@ class GPT(nn.Module):
                 raise ValueError(f"positions must be < block_size={self.config.block_size}, got up to {start + T - 1}")
             pos = self.wpe.weight[start : start + T]
         else:
-            if int(positions.max()) >= self.config.block_size:
-                raise ValueError(f"positions must be < block_size={self.config.block_size}")
+            if len(positions) != T or int(positions.min()) < 0 or int(positions.max()) >= self.config.block_size:
+                raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
             pos = self.wpe(positions)
         # None + is_causal covers plain training; one cached token sees everything
         attn_mask = prefix_mask(mask, start, T, idx.device, self.wte.weight.dtype) if mask is not None or (start > 0 and T > 1) else None
         x = self.wte(idx) + pos
+        layers = return_hidden if isinstance(return_hidden, tuple) else ()
+        kept = []
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, cache.kv[i] if cache is not None else None, start)
+            if i in layers:
+                kept.append(x)
         if cache is not None:
             cache.length = start + T
         logits = self.lm_head(x)
+        if layers:
+            return logits, torch.cat(kept, -1)
         return (logits, x) if return_hidden else logits
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.wte.weight.dtype)
 
+    def check_tokens(self, idx, name="tokens") -> None:
+        """Token ids must lie in [0, vocab_size): the embedding's own IndexError names neither
+        the argument nor the vocabulary. One min/max on the ids (a few microseconds)."""
+        if idx.numel() and idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"{name} must be integer token ids, got dtype {idx.dtype}")
+        if idx.numel():
+            low, high = (int(v) for v in torch.aminmax(idx))
+            if low < 0 or high >= self.config.vocab_size:
+                bad = low if low < 0 else high
+                raise ValueError(f"{name} must be token ids in [0, {self.config.vocab_size}) (the vocabulary size), got {bad}")
+
     @torch.inference_mode()
     def logits(self, tokens) -> np.ndarray:
-        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``."""
-        idx = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)[None]
-        if idx.shape[1] == 0:
-            raise ValueError("tokens must hold at least one token")
-        idx = idx[:, -self.config.block_size :]
+        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``.
+        At most ``block_size`` tokens: a longer context raises (dropping the oldest tokens
+        silently would give rows the protocol does not describe)."""
+        ids = np.asarray(list(tokens))
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"tokens must be a non-empty 1-D sequence of token ids, got {len(ids)} tokens")
+        if len(ids) > self.config.block_size:
+            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, got {len(ids)}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"tokens must be integer token ids, got {ids.dtype} values")
+        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]
+        self.check_tokens(idx, "tokens")
         return self(idx)[0].float().cpu().numpy().astype(np.float64)
 
 

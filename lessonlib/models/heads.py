@@ -68,6 +68,31 @@ class EagleHead(nn.Module):
         return KVCache(self.config, self.device, self.fc.weight.dtype)
 
 
+def fusion_layers(n_layer: int) -> tuple[int, ...]:
+    """The low, middle and top blocks whose outputs EAGLE-3 fuses (0-based block indices)."""
+    return (max(0, n_layer // 4 - 1), n_layer // 2 - 1, n_layer - 1) if n_layer >= 4 else tuple(range(n_layer))[:3]
+
+
+class Eagle3Head(EagleHead):
+    """EAGLE-3 (Li et al. 2025, arXiv 2503.01840): the head reads the target's low, middle and
+    top features fused by one linear map (3C -> C) instead of the top feature alone, and is
+    trained on tokens only (forward KL, no feature regression) with the training-time test,
+    so its own outputs g need not imitate any target feature. Deeper draft steps feed it g.
+
+    ``forward`` takes either fused-width features (B, T, 3C) -- the target's, fused first -- or
+    width-C features (the head's own g); ``layers`` are the fused blocks (``fusion_layers``)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        self.layers = fusion_layers(config.n_layer)
+        self.fuse = nn.Linear(len(self.layers) * config.n_embd, config.n_embd)
+
+    def forward(self, target: GPT, tokens, features, mask=None, cache: KVCache | None = None):
+        if features.shape[-1] != self.config.n_embd:
+            features = self.fuse(features.to(self.fuse.weight.dtype))
+        return super().forward(target, tokens, features, mask, cache)
+
+
 class MedusaHeads(nn.Module):
     """K residual heads: logits_k = target.lm_head(h + SiLU(W_k h)); head k predicts x_{s+2+k}."""
 
@@ -115,10 +140,11 @@ def _ttt_mask(T, step, device):
     return torch.cat(blocks, 1)
 
 
-def target_outputs(target: GPT, x):
-    """(logits, h) of the frozen target on token windows ``x`` (B, T)."""
+def target_outputs(target: GPT, x, layers=None):
+    """(logits, h) of the frozen target on token windows ``x`` (B, T); ``layers``: h is those
+    blocks' outputs concatenated (EAGLE-3's fused features), else the top block's."""
     with torch.no_grad():
-        return target(x, return_hidden=True)
+        return target(x, return_hidden=tuple(layers) if layers else True)
 
 
 def eagle_unroll(head: EagleHead, target: GPT, x, h, steps=1):
@@ -156,6 +182,19 @@ def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1):
     return losses, agree
 
 
+def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_steps=3):
+    """EAGLE-3's losses: forward KL to the target per unroll step (direct token prediction, no
+    feature regression) and top-1 agreements; step 0 reads the fused features."""
+    fused = head.fuse(h_layers.to(head.fuse.weight.dtype))
+    teacher = t_logits[:, 1:].float()
+    losses, agree = [], []
+    for j, (logits, _) in enumerate(eagle_unroll(head, target, x, fused, ttt_steps)):
+        student, t = logits[:, j:].float(), teacher[:, j:]
+        losses.append(distillation_loss(student, t, "fkl"))
+        agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
+    return losses, agree
+
+
 def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h):
     """Per-head losses and agreements: head k at s vs the target's distribution of x_{s+2+k}."""
     logits = heads(target, h)
@@ -168,10 +207,13 @@ def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h):
     return losses, agree
 
 
+HEAD_KINDS = ("eagle", "eagle3", "medusa")
+
+
 def build(kind, config: GPTConfig, n_heads=4):
-    if kind not in ("eagle", "medusa"):
-        raise ValueError(f"kind must be 'eagle' or 'medusa', got {kind!r}")
-    return EagleHead(config) if kind == "eagle" else MedusaHeads(config, n_heads)
+    if kind not in HEAD_KINDS:
+        raise ValueError(f"kind must be one of {HEAD_KINDS}, got {kind!r}")
+    return {"eagle": EagleHead, "eagle3": Eagle3Head}[kind](config) if kind != "medusa" else MedusaHeads(config, n_heads)
 
 
 def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):

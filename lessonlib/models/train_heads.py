@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
-from lessonlib.models.heads import build, eagle_losses, medusa_losses, target_outputs
+from lessonlib.models.heads import build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
 from lessonlib.models.steps import autocast, optimizer_step
 from lessonlib.models.train import distillation_loss, fit, run_metadata
 
@@ -38,11 +38,18 @@ class Trainee(nn.Module):
 
     def losses(self, target, x):
         """{kind: (per-depth losses, per-depth top-1 agreements)} on windows ``x``."""
-        t_logits, h = target_outputs(target, x)
+        fused = None
+        if "eagle3" in self.heads:  # one forward gives the fused features; the top block's are their last C
+            t_logits, fused = target_outputs(target, x, self.heads["eagle3"].layers)
+            h = fused[..., -self.config.n_embd :]
+        else:
+            t_logits, h = target_outputs(target, x)
         out = {}
         for kind, head in self.heads.items():
             if kind == "eagle":
                 out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps)
+            elif kind == "eagle3":  # EAGLE-3 always trains with the training-time test
+                out[kind] = eagle3_losses(head, target, x, t_logits, fused, max(self.ttt_steps, 2))
             else:
                 out[kind] = medusa_losses(head, target, t_logits, h)
         return out
@@ -110,7 +117,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["eagle", "medusa", "both"])
+    parser.add_argument("kind", choices=["eagle", "eagle3", "medusa", "both"])
     parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     parser.add_argument("--ttt", type=int, default=1, help="EAGLE-3 training-time test: unroll steps (1 = off)")

@@ -1,0 +1,126 @@
+"""The table of record: ``python -m lessonlib.bench record`` writes outputs/benchmarks/record.{json,md}.
+
+One row per method and setting -- plain decoding and chain drafts at every K from the decode
+benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``) --
+with tau, alpha measured while decoding, c, r, the speedup and tokens per second, each the median over prompts with
+its inter-quartile range, the number of prompts, the thread count and the machine. Every
+number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
+The decode and tree benchmarks refresh the record when they finish; ``record`` alone
+rebuilds it from their JSON files (run ``decode`` and ``tree`` first for a fresh record).
+Notebooks that show a benchmark number read it from here (``load``, ``find``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+from lessonlib import paths
+from lessonlib.bench import common
+
+QUANTITIES = ("tau", "alpha", "c", "r", "speedup", "tokens_per_second")
+SOURCES = ("decode", "tree")
+
+
+def _row(source, report, row, setting) -> dict:
+    spread = row.get("spread", {})
+    return {"source": source, "method": row["method"], "family": row.get("family", f"chain {row.get('draft')}"),
+            "k": row.get("k"), **setting, "threads": row.get("threads", setting.get("threads")),
+            **{key: spread.get(key) for key in QUANTITIES}, "prompts": row.get("prompts", setting.get("prompts")),
+            "machine": report.get("machine", {})}
+
+
+def collect(folder: pathlib.Path | None = None) -> list[dict]:
+    """Every method row of the benchmark reports found in ``folder`` (default: paths.benchmarks())."""
+    folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
+    rows = []
+    decode = folder / "decode.json"
+    if decode.exists():
+        report = json.loads(decode.read_text())
+        s = report.get("settings", {})
+        setting = {"new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
+        rows += [_row("decode", report, r | {"method": "plain", "family": "plain"},
+                      setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
+                 for r in report.get("plain", []) if "spread" in r]
+        rows += [_row("decode", report, r, setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
+                 for r in report["rows"] if "spread" in r]
+    tree = folder / "tree.json"
+    if tree.exists():
+        report = json.loads(tree.read_text())
+        s = report["setup"]
+        setting = {"corpus": s.get("corpus_name", "code"), "temperature": s.get("temperature", 0.0),
+                   "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
+                   "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+        rows += [_row("tree", report, r, setting) for r in report["rows"] if r["method"] != "plain" and "spread" in r]
+    return rows
+
+
+def shown(rows) -> list[dict]:
+    """The rows ``record.md`` shows: each chain draft at its best K per setting, every tree-benchmark row."""
+    best = {}
+    for r in rows:
+        if r["source"] != "decode" or r["family"] == "plain":
+            best[id(r)] = r  # plain decoding and the tree benchmark's rows: all shown
+            continue
+        key = (r["family"], r["corpus"], r["temperature"], r["threads"])
+        if key not in best or r["speedup"]["median"] > best[key]["speedup"]["median"]:
+            best[key] = r
+    return list(best.values())
+
+
+def markdown(rows) -> str:
+    header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "r", "speedup", "tokens/s", "prompts"]
+    digits = {"alpha": 3, "c": 3, "tokens_per_second": 0}
+    table = [[r["method"], r["source"], r["corpus"], f"{r['temperature']:g}", r["threads"],
+              *(common.cell({k: r[k]} if r.get(k) else {}, k, digits.get(k, 2), "×" if k == "speedup" else "")
+                for k in QUANTITIES), r["prompts"]] for r in shown(rows)]
+    machines = {json.dumps({k: r["machine"].get(k) for k in ("platform", "processor", "torch")}) for r in rows}
+    lines = ["# Table of record", "",
+             "Median over prompts [inter-quartile range]. τ = tokens per target forward; α = accepted / judged drafts, "
+             "measured while decoding (chains only); c = draft step / one-token target step and r = verify forward / "
+             "one-token step, both timed in the decoding loops; speedup = plain s/token / method s/token on the same "
+             "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
+             "its best K; record.json holds every K.", "", common.markdown_table(header, table), "",
+             "Machine: " + "; ".join(sorted(machines))]
+    return "\n".join(lines) + "\n"
+
+
+def write(folder: pathlib.Path | None = None) -> pathlib.Path:
+    """Rebuild record.json and record.md in ``folder`` from the benchmark reports there."""
+    rows = collect(folder)
+    return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES),
+                                          "sources": [s for s in SOURCES if any(r["source"] == s for r in rows)]},
+                               markdown(rows), folder)
+
+
+def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
+    """A benchmark report ``stem.json`` from ``folder`` (default paths.benchmarks()), else the
+    shipped one in the repository's outputs/benchmarks/ (tests point the outputs elsewhere);
+    None when neither exists."""
+    for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(), paths.ROOT / "outputs" / "benchmarks"):
+        if (base / f"{stem}.json").exists():
+            return json.loads((base / f"{stem}.json").read_text())
+    return None
+
+
+def load(folder: pathlib.Path | None = None) -> list[dict]:
+    """The record's rows (empty when no benchmark has run: notebooks then say so)."""
+    report = read("record", folder)
+    return report["rows"] if report else []
+
+
+def find(rows, **where) -> list[dict]:
+    """The rows whose fields equal every ``where`` item, e.g. find(rows, family="chain draft-kl", threads=1)."""
+    return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    args = parser.parse_args(argv)
+    out = write(args.out)
+    print((out / "record.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
