@@ -255,3 +255,15 @@ def test_the_vectorised_scalar_q_bug_follows_its_exact_law_which_is_not_p():
     first = wrong.first_tokens_scalar_q(p, q, 20000, np.random.default_rng(4))
     assert stats.chi_square(np.bincount(first, minlength=8), law)[1] > 1e-3
     assert np.abs(law - p[0]).sum() > 0.05
+
+
+def test_instructor_notes_list_the_whole_catalogue():
+    """solutions/README.md lists exactly the catalogue the checks use (regenerate it from
+    ``wrong.markdown()`` when an entry is added)."""
+    import pathlib
+
+    from lessonlib.course.checks import wrong
+
+    notes = (pathlib.Path(__file__).resolve().parents[1] / "solutions" / "README.md").read_text()
+    listed = notes.split("<!-- BEGIN CATALOGUE -->\n")[1].split("\n<!-- END CATALOGUE -->")[0]
+    assert listed == wrong.markdown().rstrip()

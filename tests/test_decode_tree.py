@@ -196,3 +196,27 @@ def test_tree_too_large_for_context_raises():
     target = tiny(2)
     with pytest.raises(ValueError, match="fit"):
         tree_generate(target, ModelDrafter(target), [i % 64 for i in range(80)], 10, rule=functools.partial(tree.draft_topk, branching=(4, 4)))
+
+
+@torch.inference_mode()
+def test_drafter_rows_do_not_depend_on_the_order_nodes_are_asked_for():
+    """One node per call, in index order and in reverse (a deep node before its ancestors, so
+    expand must feed the unfed ancestors first; a depth-0 node after its sibling's subtree, so
+    its EAGLE input must be the root's feature, not the sibling's), equals all nodes at once."""
+    target = tiny(2, sharpen=3.0)
+    prompt = [1, 5, 9, 13, 2]
+    parents, tokens = lesson_tree()
+    features = target(torch.tensor([prompt[:-1]]), return_hidden=True)[1][0]
+    every = np.arange(-1, len(parents))
+    for name in ("self", "draft", "eagle"):
+        rows = {}
+        for how, order in (("at once", None), ("in order", every), ("reversed", every[::-1])):
+            drafter = drafters(target)[name]
+            drafter.commit(prompt, features)
+            if order is None:
+                rows[how] = drafter.expand(parents, tokens, every)
+            else:
+                got = {int(n): drafter.expand(parents, tokens, [n])[0] for n in order}
+                rows[how] = np.stack([got[int(n)] for n in every])
+        for how in ("in order", "reversed"):
+            np.testing.assert_allclose(rows[how], rows["at once"], atol=1e-10, rtol=0, err_msg=f"{name}, {how}")

@@ -122,7 +122,9 @@ def test_chain_round_leaves_both_caches_equal_to_a_prefill(temperature):
 
 class CheckingDrafter(ModelDrafter):
     """A ModelDrafter that, at every commit, checks the target's cache and its own against a
-    fresh prefill of the committed sequence (the target's keys/values reach the next round)."""
+    fresh prefill of the committed sequence (the target's keys/values reach the next round),
+    and the target features it is handed (what EAGLE and Medusa draft from) against the
+    target's hidden states at the committed positions they belong to."""
 
     def __init__(self, model, target, caches):
         super().__init__(model)
@@ -131,6 +133,10 @@ class CheckingDrafter(ModelDrafter):
     def commit(self, seq, features=None):
         if self.caches:  # the target cache of the running loop, recorded by KVCache.keep
             assert_cache_is_prefill(self.target, self.caches[-1], seq[:-1])
+        with torch.inference_mode():
+            hidden = self.target(torch.tensor([seq[:-1]]), return_hidden=True)[1][0]
+        assert 1 <= len(features) <= len(seq) - 1
+        torch.testing.assert_close(features, hidden[len(seq) - 1 - len(features) :], atol=1e-9, rtol=0)
         super().commit(seq, features)
         assert_cache_is_prefill(self.model, self.cache, seq)
         self.commits += 1

@@ -10,7 +10,6 @@
 """
 import copy
 import functools
-import math
 import time
 
 import numpy as np
@@ -205,45 +204,47 @@ def test_tree_counts_when_every_draft_is_accepted_or_none_is():
 
 
 class ForwardClock:
-    """A clock that only moves when a model runs a forward: ``cost`` seconds per call, whatever
-    the number of tokens. Installed as ``time.perf_counter``, it makes every time of a loop a
-    hand-countable number."""
+    """A clock that only moves when a model runs a forward: ``cost`` seconds per call plus
+    ``per_token`` for every token after the first. Installed as ``time.perf_counter``, it makes
+    every time of a loop a hand-countable number."""
 
     def __init__(self, monkeypatch):
         self.now = 0.0
         monkeypatch.setattr(time, "perf_counter", lambda: self.now)
 
-    def charge(self, model, cost):
+    def charge(self, model, cost, per_token=0.0):
         forward = model.forward
 
-        def timed(*args, **kwargs):
-            self.now += cost
-            return forward(*args, **kwargs)
+        def timed(idx, *args, **kwargs):
+            self.now += cost + per_token * (idx.shape[1] - 1)
+            return forward(idx, *args, **kwargs)
 
         model.forward = timed  # an instance attribute: nn.Module.__call__ finds it first
         return model
 
 
 def test_c_r_and_speedup_from_a_clock_that_counts_forwards(monkeypatch):
-    """Target forward 10 s, draft forward 1 s, everything else free. Plain decoding of 30 tokens
-    takes 29 one-token steps after the prefill (290 s); a self-draft with k = 4 takes 6 rounds of
-    4 draft steps and 1 verify (84 s). So c = 0.1, r = 1, speedup = 290 / 84, forward bound =
-    tau / (k c + r) = 5 / 1.4, and the loop's own overhead is 0."""
+    """A target forward costs 10 s + 1 s per extra token, a draft forward 1 s, everything else
+    nothing. Plain decoding of 30 tokens takes 29 one-token steps after the prefill (290 s). A
+    self-draft with k = 4 takes 6 rounds of 4 draft steps (4 s) and a 5-token verify (14 s):
+    108 s. So c = 1 / 10, r = 14 / 10, speedup = 290 / 108, forward bound = tau / (k c + r) =
+    5 / 1.8, and the loop's own overhead is 0."""
     clock = ForwardClock(monkeypatch)
     target = context_gpt(0)
     draft = clock.charge(copy.deepcopy(target), 1.0)  # copy first: a copy would share the charged forward
-    target = clock.charge(target, 10.0)
+    target = clock.charge(target, 10.0, per_token=1.0)
     plain_tokens, plain = decode.generate(target, PROMPTS[0], 30)
     spec_tokens, spec = decode.speculative_generate(target, draft, PROMPTS[0], 4, 30)
     assert spec_tokens == plain_tokens
     assert plain["target_calls"] == 30 and plain["seconds"] == 290.0 and plain["target_forward_seconds"] == 10.0
-    assert spec["seconds"] == 84.0 and spec["draft_seconds"] == 24.0 and spec["verify_seconds"] == 60.0
-    assert spec["overhead_seconds"] == 0.0 and spec["draft_forward_seconds"] == 1.0 and spec["verify_forward_seconds"] == 10.0
+    assert spec["seconds"] == 108.0 and spec["draft_seconds"] == 24.0 and spec["verify_seconds"] == 84.0
+    assert spec["overhead_seconds"] == 0.0 and spec["draft_forward_seconds"] == 1.0 and spec["verify_forward_seconds"] == 14.0
     got = measures.compare(spec, plain)
-    assert got == pytest.approx({"c": 0.1, "r": 1.0, "speedup": 290 / 84, "forward_bound": 5 / 1.4}, rel=1e-12)
+    assert got == pytest.approx({"c": 0.1, "r": 1.4, "speedup": 290 / 108, "forward_bound": 5 / 1.8}, rel=1e-12)
     # the tree loop: per round 3 draft feeds while drafting a 4-deep chain + 1 at the commit
     _, tree_stats = tree_generate(target, ModelDrafter(draft), PROMPTS[0], 30, rule=RULES["chain"])
-    assert tree_stats["draft_seconds_per_round"] == 4.0 and tree_stats["verify_forward_seconds"] == 10.0
-    assert tree_stats["seconds"] == 6 * 14.0 and tree_stats["overhead_seconds"] == 0.0
-    assert measures.compare(tree_stats, plain)["forward_bound"] == pytest.approx(5 / (0.4 + 1.0))
-    assert math.isclose(measures.compare(tree_stats, plain)["speedup"], 290 / 84)
+    assert tree_stats["draft_seconds_per_round"] == 4.0 and tree_stats["verify_forward_seconds"] == 14.0
+    assert tree_stats["seconds"] == 6 * 18.0 and tree_stats["overhead_seconds"] == 0.0
+    tree_vs_plain = measures.compare(tree_stats, plain)
+    assert tree_vs_plain["forward_bound"] == pytest.approx(5 / (0.4 + 1.4), rel=1e-12)
+    assert tree_vs_plain["speedup"] == pytest.approx(290 / 108, rel=1e-12) and tree_vs_plain["r"] == pytest.approx(1.4)

@@ -8,6 +8,7 @@ The decode, tree and profile benchmarks all start from ``DEFAULTS`` and time thr
 """
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import platform
@@ -21,6 +22,16 @@ from lessonlib.models import data
 
 # held-out prompts, tokens per prompt, new tokens per run, timed runs per (method, prompt)
 DEFAULTS = {"prompts": 5, "prompt_len": 64, "new_tokens": 128, "repeats": 3}
+
+
+def parser(doc: str, repeats_help: str = "time every run this many times, keep the fastest") -> argparse.ArgumentParser:
+    """The command line every benchmark shares: --prompts, --prompt-len, --new-tokens, --repeats."""
+    out = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--prompts", type=int, default=DEFAULTS["prompts"])
+    out.add_argument("--prompt-len", type=int, default=DEFAULTS["prompt_len"])
+    out.add_argument("--new-tokens", type=int, default=DEFAULTS["new_tokens"])
+    out.add_argument("--repeats", type=int, default=DEFAULTS["repeats"], help=repeats_help)
+    return out
 
 
 def machine() -> dict:

@@ -12,7 +12,6 @@ speedup, next to the speedup Leviathan et al. Thm 3.8 predicts from the median a
 """
 from __future__ import annotations
 
-import argparse
 import pathlib
 import time
 
@@ -125,12 +124,7 @@ def markdown(rows, plain_rows) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
-    parser.add_argument("--prompt-len", type=int, default=common.DEFAULTS["prompt_len"])
-    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
-    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
-                        help="time every run this many times, keep the fastest")
+    parser = common.parser(__doc__, "time every run this many times, keep the fastest")
     parser.add_argument("--threads", type=int, nargs="+", default=list(THREADS), help="thread counts to measure")
     parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 9)))
     parser.add_argument("--device", default=None)

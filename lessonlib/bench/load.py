@@ -17,7 +17,6 @@ is running.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import subprocess
@@ -175,11 +174,7 @@ def markdown(results, verdict) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
-    parser.add_argument("--prompt-len", type=int, default=common.DEFAULTS["prompt_len"])
-    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
-    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"])
+    parser = common.parser(__doc__)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--conditions", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
     parser.add_argument("--budget", type=float, default=300,

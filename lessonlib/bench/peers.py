@@ -23,7 +23,6 @@ Face's as ``torch.nn`` layers; both under the course's thread policy (``lessonli
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -185,12 +184,7 @@ def markdown(rows, setup):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
-    parser.add_argument("--prompt-len", type=int, default=common.DEFAULTS["prompt_len"])
-    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
-    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
-                        help="interleaved turns of all methods per prompt; each keeps its fastest")
+    parser = common.parser(__doc__, "interleaved turns of all methods per prompt; each keeps its fastest")
     args = parser.parse_args(argv)
     tf = _transformers()
     tf.logging.set_verbosity_error()  # its deprecation notes would bury the table

@@ -17,7 +17,6 @@ Chain decoding with ``draft-kl`` (K = 1..6) and EAGLE trees are profiled side by
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import time
 
@@ -164,11 +163,7 @@ def markdown(report) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
-    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
-    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
-                        help="time every run this many times, keep the fastest")
+    parser = common.parser(__doc__, "time every run this many times, keep the fastest")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.prompts < measures.MIN_PROMPTS:

@@ -174,6 +174,8 @@ def summarise(table, results, n_threads=None):
         row = {"method": name, "family": family, **common.medians(spread), "spread": spread, "prompts": len(runs),
                "threads": n_threads, "k": runs[0].get("k")}
         row.setdefault("speedup", 1.0)
+        if family == "plain":  # one token per target forward, by definition
+            row.setdefault("tau", 1.0)
         if "accepted_lengths" in runs[0]:  # tree loops: acceptance by depth over all rounds of all prompts
             depth_max = max(len(r["accepted_lengths"]) for r in runs)
             hist = np.sum([np.pad(r["accepted_lengths"], (0, depth_max - len(r["accepted_lengths"]))) for r in runs], 0)

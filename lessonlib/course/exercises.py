@@ -17,9 +17,9 @@ becomes, in ``exercises/NN_name.ipynb``::
 
 and every output, execution count and timing record is cleared.
 
-    python -m lessonlib.exercises                  # (re)write exercises/ from solutions/
-    python -m lessonlib.exercises 01_exact_rule    # only that notebook
-    python -m lessonlib.exercises --check          # exit 1 if exercises/ is out of date
+    python -m lessonlib.course.exercises                  # (re)write exercises/ from solutions/
+    python -m lessonlib.course.exercises 01_exact_rule    # only that notebook
+    python -m lessonlib.course.exercises --check          # exit 1 if exercises/ is out of date
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -
         cell.metadata.pop("execution", None)  # per-cell timestamps written by nbconvert
     nb.metadata.pop("widgets", None)  # saved widget state belongs to the executed solution
     nb.metadata["lessonlib"] = {"generated_from": f"solutions/{name}",
-                                "regenerate_with": "python -m lessonlib.exercises"}
+                                "regenerate_with": "python -m lessonlib.course.exercises"}
     return nb
 
 
@@ -144,7 +144,7 @@ def write(root: pathlib.Path = ROOT, names=()) -> list[pathlib.Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lessonlib.exercises", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lessonlib.course.exercises", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check that exercises/ is up to date")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root (default: this checkout)")
     parser.add_argument("names", nargs="*", help="only these notebooks, e.g. 01_exact_rule (default: all)")
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         problems = out_of_date(args.root, args.names)
         for problem in problems:
             print(problem)
-        print("exercises/ is up to date" if not problems else "run: python -m lessonlib.exercises")
+        print("exercises/ is up to date" if not problems else "run: python -m lessonlib.course.exercises")
         return 1 if problems else 0
     for path in write(args.root, args.names):
         print(f"wrote {path.relative_to(args.root)}")

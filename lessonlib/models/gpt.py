@@ -123,6 +123,18 @@ class Block(nn.Module):
         return x + self.fc_out(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
 
+def one_block(block: Block, x, mask=None, cache: KVCache | None = None):
+    """``block`` over new positions ``x`` (B, T, C) after a one-layer ``cache`` (batch 1): what
+    the one-block heads (EAGLE, MTP) run. Causal by default; ``mask`` as in ``prefix_mask``."""
+    T = x.shape[1]
+    start = cache.length if cache is not None else 0
+    attn = None if (mask is None and start == 0) else prefix_mask(mask, start, T, x.device, x.dtype)
+    h = block(x, attn, cache.kv[0] if cache is not None else None, start)
+    if cache is not None:
+        cache.length = start + T
+    return h
+
+
 class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.models import (CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load_state, pack_linears, prefix_mask,
-                              read_meta)
+from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load_state, pack_linears, read_meta
+from lessonlib.models.gpt import one_block
 from lessonlib.models.train import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
@@ -55,14 +54,8 @@ class EagleHead(nn.Module):
         mask also covers the newest S - T cached positions (``models.prefix_mask``).
         No position embedding: the target's features already carry position.
         """
-        B, T = tokens.shape
         x = self.fc(torch.cat([target.wte(tokens), features.to(target.wte.weight.dtype)], -1))
-        start = cache.length if cache is not None else 0
-        attn = None if (mask is None and start == 0) else prefix_mask(mask, start, T, x.device, x.dtype)
-        g = self.block(x, attn, cache.kv[0] if cache is not None else None, start)
-        if cache is not None:
-            cache.length = start + T
-        return g
+        return one_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.fc.weight.dtype)

@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.models import GPT, Block, GPTConfig, KVCache, prefix_mask
+from lessonlib.models import GPT, Block, GPTConfig, KVCache
+from lessonlib.models.gpt import one_block
 from lessonlib.models.steps import autocast, optimizer_step
 
 LAMBDA_EARLY, LAMBDA_LATE, LAMBDA_SWITCH = 0.3, 0.1, 2 / 3  # DeepSeek-V3: 0.3 for the first 10T of 14.8T tokens
@@ -52,14 +53,8 @@ class MTPModule(nn.Module):
         Attention is causal over the positions (and the cached prefix, batch 1), as in the
         target; no position embedding: h^{d-1} already carries position.
         """
-        B, T = tokens.shape
         x = self.proj(torch.cat([self.norm_h(hidden.to(self.proj.weight.dtype)), self.norm_e(target.wte(tokens))], -1))
-        start = cache.length if cache is not None else 0
-        attn = None if (mask is None and start == 0) else prefix_mask(mask, start, T, x.device, x.dtype)
-        h = self.block(x, attn, cache.kv[0] if cache is not None else None, start)
-        if cache is not None:
-            cache.length = start + T
-        return h
+        return one_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.proj.weight.dtype)

@@ -205,6 +205,8 @@ MUTANTS = [
      "\"tau\": measures.tau(max_new_tokens, rounds),\n        \"rounds\"", "tree tau drops the last round's surplus"),
     ("decoding", TREE_DEC, "    if draft_vocab is not None and draft_vocab != target.config.vocab_size:",
      "    if False:", "a draft of another vocabulary accepted"),
+    ("decoding", TREE_DEC, "    check_token_ids(tokens, target.config.vocab_size, \"tokens (the drafted tree)\")\n", "",
+     "a drafted token outside the vocabulary reaches the embedding (its error names neither)"),
     ("decoding", DRAFT, "idx = torch.as_tensor(seq[self.cache.length :], dtype=torch.long, device=self.model.device)",
      "idx = torch.as_tensor(seq[-1:], dtype=torch.long, device=self.model.device)",
      "ModelDrafter fed only the last committed token"),
@@ -299,6 +301,10 @@ EQUIVALENT = {
     "keep_best without the depth tie-break":
         "a parent always has a lower index than its child, so on a score tie index order already puts "
         "every ancestor first; depth never decides anything the index does not",
+    "a plain step after a round feeds the wrong context":
+        "every step leaves the target cache one token short of the sequence (ModelStream._commit, "
+        "speculative_round and _refill all truncate to len(seq) - 1), so seq[t_cache.length:] is "
+        "always seq[-1:]",
     "inverse CDF runs past the last token when u * total rounds up":
         "for u in [0, 1) the product u * total is always below total in float64 (it loses at least "
         "total * 2**-53, more than half an ulp, and at a power of two the result is representable), so "

@@ -3,7 +3,7 @@ the test files that speak for it, and print who killed what and the score per gr
 
     python scripts/mutants/run.py               # every mutant (about an hour on 2 busy cores)
     python scripts/mutants/run.py --group core  # one group: core, decoding, "kv cache"
-    python scripts/mutants/run.py --match tree  # mutants whose file or reason contains "tree"
+    python scripts/mutants/run.py --match tree  # mutants whose file or reason contains "tree" (repeatable)
     python scripts/mutants/run.py --check       # only check that every snippet still matches once
 
 A mutant is killed when its test run fails (a failing test, or a hang: every test has a
@@ -45,7 +45,7 @@ def pytest(dest: pathlib.Path, args: list[str], timeout: float):
     env = dict(os.environ, PYTHONPATH=str(dest), LESSONLIB_TEST_TIMEOUT="60", LESSONLIB_OUTPUTS=str(dest / "outputs"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *args]
     done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
-    failed = [line.split(" ")[1] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    failed = [line.split(" ", 1)[1][:160] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     out = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode, failed, out[-1] if out else ""
 
@@ -56,7 +56,7 @@ def baseline(dest: pathlib.Path, tests: list[str], timeout: float) -> list[str]:
     code, failed, last = pytest(dest, tests, timeout * 4)
     if code not in (0, 1):
         raise SystemExit(f"the unmutated test run could not complete: {last}")
-    return failed
+    return [f.split(" - ")[0] for f in failed]
 
 
 def run_tests(dest: pathlib.Path, tests: list[str], timeout: float, deselect: list[str]) -> tuple[str, str]:
@@ -99,12 +99,12 @@ def score(results) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--group", choices=sorted(GROUP_TESTS))
-    parser.add_argument("--match", help="only mutants whose file or reason contains this text")
+    parser.add_argument("--match", action="append", help="only mutants whose file or reason contains this text (repeatable)")
     parser.add_argument("--check", action="store_true", help="only check that every snippet matches once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one mutant's test run")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if (args.group is None or m[0] == args.group)
-              and (args.match is None or args.match in m[1] or args.match in m[4])]
+              and (args.match is None or any(text in m[1] or text in m[4] for text in args.match))]
     stale = check(chosen)
     for line in stale:
         print("stale:", line)
