@@ -117,15 +117,21 @@ def plan(root: pathlib.Path = ROOT, names=()) -> dict[pathlib.Path, str | None]:
 
 def out_of_date(root: pathlib.Path = ROOT, names=()) -> list[str]:
     """Exercise notebooks that differ from what ``solutions/`` generates (empty when in sync)."""
+    return stale(plan(root, names), root, "no matching notebook in solutions/", "differs from its solution")
+
+
+def stale(planned: dict, root: pathlib.Path, no_source: str, differs: str) -> list[str]:
+    """The generated files of a ``plan`` ({path: expected text, or None for an orphan}) that are
+    orphaned, missing or differ from what the generator would write; shared with ``translate``."""
     problems = []
-    for path, text in plan(root, names).items():
-        rel = path.relative_to(root)
+    for path, text in planned.items():
+        rel = path.relative_to(root).as_posix()
         if text is None:
-            problems.append(f"{rel}: no matching notebook in solutions/")
+            problems.append(f"{rel}: {no_source}")
         elif not path.exists():
             problems.append(f"{rel}: missing")
         elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"{rel}: differs from its solution")
+            problems.append(f"{rel}: {differs}")
     return problems
 
 

@@ -25,7 +25,6 @@ generator (``lessonlib.course.exercises``), exactly as the English ones are.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import pathlib
 import re
@@ -327,16 +326,7 @@ def build(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
 
 def notebooks_out_of_date(root: pathlib.Path = ROOT) -> list[str]:
     """Persian notebooks that differ from what ``build`` would write (empty when in sync)."""
-    problems = []
-    for path, text in plan(root).items():
-        rel = path.relative_to(root).as_posix()
-        if text is None:
-            problems.append(f"{rel}: no English source")
-        elif not path.exists():
-            problems.append(f"{rel}: missing")
-        elif path.read_text(encoding="utf-8") != text:
-            problems.append(f"{rel}: out of date")
-    return problems
+    return exercises.stale(plan(root), root, "no English source", "out of date")
 
 
 # --- check and stats -----------------------------------------------------------------------

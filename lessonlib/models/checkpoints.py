@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 
 from lessonlib import paths
-from lessonlib.models.gpt import GPT, GPTConfig, can_pack
+from lessonlib.models.gpt import GPT, GPTConfig
+from lessonlib.models.packing import can_pack, pack_linears
 
 CHECKPOINTS = paths.ASSETS
 
@@ -116,3 +117,14 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
     model = model.to(device or default_device()).eval()
     return model.pack_for_cpu() if pack and can_pack(model) else model
 
+
+def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str, pack=None) -> nn.Module:
+    """Load ``name``'s weights into ``model`` (a head or MTP modules that run beside ``target``),
+    put it on the target's device in eval mode, and pack it for the CPU when the target is packed
+    (or as ``pack`` says)."""
+    try:
+        model.load_state_dict(load_state(name, directory))
+    except RuntimeError as err:
+        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild}") from err
+    model = model.to(target.device).eval()
+    return pack_linears(model) if (target.packed if pack is None else pack) and can_pack(model) else model

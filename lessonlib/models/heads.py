@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, can_pack, load_state, pack_linears, read_meta
+from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
+from lessonlib.models.checkpoints import load_beside
 from lessonlib.models.gpt import one_block
 from lessonlib.models.train import distillation_loss
 
@@ -219,10 +220,4 @@ def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
     model = build(meta["kind"], GPTConfig(**meta["config"]), meta.get("n_heads") or 4)
     if model.config.n_embd != target.config.n_embd or meta["config"]["vocab_size"] != target.config.vocab_size:
         raise ValueError(f"head {name!r} was trained for a different target config")
-    try:
-        model.load_state_dict(load_state(name, directory))
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: "
-                         f"python -m lessonlib.models.train_heads {meta['kind']}") from err
-    model = model.to(target.device).eval()
-    return pack_linears(model) if (target.packed if pack is None else pack) and can_pack(model) else model
+    return load_beside(model, name, target, directory, f"python -m lessonlib.models.train_heads {meta['kind']}", pack)

@@ -136,7 +136,8 @@ def mtp_train_step(model: TargetWithMTP, optimizer, x, y, teacher=None, kind="ce
 def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
     """Trained MTP modules for ``target`` (``{target}-mtp``), eval mode, on its device; packed for
     the CPU when the target is (they run beside it)."""
-    from lessonlib.models import CHECKPOINTS, can_pack, load_state, pack_linears, read_meta
+    from lessonlib.models import CHECKPOINTS, read_meta
+    from lessonlib.models.checkpoints import load_beside
 
     directory = CHECKPOINTS if directory is None else directory
     meta = read_meta(name, directory)
@@ -146,10 +147,4 @@ def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
     if config.n_embd != target.config.n_embd or config.vocab_size != target.config.vocab_size:
         raise ValueError(f"MTP modules {name!r} were trained for another target config")
     mtp = MTPModules(config, meta["depth"])
-    try:
-        mtp.load_state_dict(load_state(name, directory))
-    except RuntimeError as err:
-        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: "
-                         f"python -m lessonlib.models.train {meta['target']}") from err
-    mtp = mtp.to(target.device).eval()
-    return pack_linears(mtp) if (target.packed if pack is None else pack) and can_pack(mtp) else mtp
+    return load_beside(mtp, name, target, directory, f"python -m lessonlib.models.train {meta['target']}", pack)
