@@ -93,3 +93,23 @@ def markov_gpt(seed, vocab=6, sharpen=3.0, block_size=512, dtype=torch.float64):
                 layer.bias.zero_()
         model.wte.weight.mul_(sharpen)
     return model
+
+
+class Cycle:
+    """A fallback policy that repeats a fixed cycle of actions ("speculate", "plain", "probe"),
+    so a stream runs both kinds of step in a known order."""
+
+    switches = []
+
+    def __init__(self, actions):
+        self.actions, self.i = list(actions), -1
+
+    def action(self):
+        self.i += 1
+        return self.actions[self.i % len(self.actions)]
+
+    def record(self, accepted, drafted):
+        pass
+
+    def record_plain(self, n=1):
+        pass

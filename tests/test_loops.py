@@ -23,7 +23,7 @@ from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafte
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models import data
 from lessonlib.models.heads import EagleHead, MedusaHeads, load_head
-from loop_support import context_gpt, noisy_copy
+from loop_support import Cycle, context_gpt, noisy_copy
 
 RULES = {
     "topk": functools.partial(tree.draft_topk, branching=(3, 2, 2)),
@@ -145,25 +145,6 @@ def test_fallback_stream_mixing_plain_steps_and_rounds_equals_plain():
     trace = fallback.drive(Cycle(["speculate", "plain", "plain", "probe", "speculate"]), stream.speculate, stream.plain, 80)
     assert stream.new_tokens[:80] == plain
     assert set(trace["action"]) == {"speculate", "plain", "probe"}
-
-
-class Cycle:
-    """A policy that repeats a fixed cycle of actions."""
-
-    switches = []
-
-    def __init__(self, actions):
-        self.actions, self.i = list(actions), -1
-
-    def action(self):
-        self.i += 1
-        return self.actions[self.i % len(self.actions)]
-
-    def record(self, accepted, drafted):
-        pass
-
-    def record_plain(self, n=1):
-        pass
 
 
 # ----------------------------------------------------------------------------- hand-counted statistics

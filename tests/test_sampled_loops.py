@@ -24,39 +24,21 @@ from lessonlib.core.sampling import softmax
 from lessonlib.decoding import decode, fallback, reference, tree_decode
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from loop_support import LEVEL, context_p_value, markov_gpt
+from loop_support import LEVEL, Cycle, context_p_value, markov_gpt
 
 TEMPERATURES = [0.5, 1.7]
 PROMPTS = [[1], [4]]
 # target and draft per temperature (sharper at 1.7, where tempering flattens them): alpha 0.8
 # to 0.9. At T = 1.7 a (5, 10) pair let the q-at-T = 1 control pass 1 seed in 8.
 MODELS = {t: (markov_gpt(0, sharpen=st), markov_gpt(1, sharpen=sd)) for t, st, sd in ((0.5, 5.0, 10.0), (1.7, 10.0, 10.0))}
-N_NEW = {"plain": 200, "chain": 400, "tree": 200, "stream": 200, "stream, greedy draft": 200}  # per prompt; the chain's control is the weakest
+# tokens per prompt: the chain's control (q recorded at T = 1) is the weakest, it gets the most
+N_NEW = {"plain": 200, "chain": 400, "tree": 200, "stream": 200, "stream, greedy draft": 200}
 DRAFT_T = 0.8  # the stream's draft samples at its own temperature
-
-
-class Cycle:
-    """A policy repeating speculate, speculate, plain: the stream runs both kinds of step."""
-
-    switches = []
-
-    def __init__(self):
-        self.i = 0
-
-    def action(self):
-        self.i += 1
-        return "plain" if self.i % 3 == 0 else "speculate"
-
-    def record(self, accepted, drafted):
-        pass
-
-    def record_plain(self, n=1):
-        pass
 
 
 def _stream(target, draft, prompt, n, temperature, rng, draft_temperature=DRAFT_T):
     stream = fallback.ModelStream(target, draft, prompt, 3, temperature, draft_temperature=draft_temperature, rng=rng)
-    fallback.drive(Cycle(), stream.speculate, stream.plain, n)
+    fallback.drive(Cycle(["speculate", "speculate", "plain"]), stream.speculate, stream.plain, n)
     return stream.new_tokens[:n]
 
 
