@@ -137,13 +137,13 @@ def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
     """Trained MTP modules for ``target`` (``{target}-mtp``), eval mode, on its device; packed for
     the CPU when the target is (they run beside it)."""
     from lessonlib.models import CHECKPOINTS, read_meta
-    from lessonlib.models.checkpoints import load_beside
+    from lessonlib.models.checkpoints import config_from_meta, load_beside
 
     directory = CHECKPOINTS if directory is None else directory
     meta = read_meta(name, directory)
     if meta.get("kind") != "mtp":
         raise ValueError(f"checkpoint {name!r} holds no MTP modules (kind {meta.get('kind')!r})")
-    config = GPTConfig(**meta["config"])
+    config = config_from_meta(meta, name)
     if config.n_embd != target.config.n_embd or config.vocab_size != target.config.vocab_size:
         raise ValueError(f"MTP modules {name!r} were trained for another target config")
     mtp = MTPModules(config, meta["depth"])
