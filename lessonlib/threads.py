@@ -4,15 +4,16 @@ Decided by measurement (``python -m lessonlib.bench decode`` runs every measurem
 and two threads, ``outputs/benchmarks/record.md``; ``python -m lessonlib.bench load`` repeats the
 lesson's timings idle and with a busy process pinned to one core, ``load.md``):
 
-* **one thread** (the default) gives the higher speedup of speculative over plain decoding,
-  and it survives a busy machine: with another program on one of the two cores, a one-thread
-  forward simply runs on the free core, while a two-thread forward waits for the busy core at
-  every operator (a one-token target pass took a median of 328 ms instead of 4 ms in one such
-  run; on a machine already shared with other jobs, plain decoding ran at about 100 tokens/s
-  with one thread, with or without the busy process, and at 31 and 6 tokens/s with two);
+* **one thread** (the default) survives a busy machine: with another program on one of the two
+  cores, a one-thread forward simply runs on the free core, while a two-thread forward waits for
+  the busy core at every operator (a one-token target pass took a median of 328 ms instead of
+  4 ms in one such run; on a machine already shared with other jobs, plain decoding ran at about
+  100 tokens/s with one thread, with or without the busy process, and at 31 and 6 tokens/s with two);
 * **two threads** give more plain tokens per second on an idle machine, because the target's
-  matrix products split across both cores (the draft's are too small to gain, and the
-  per-round Python work does not split), so the speculative/plain ratio is lower.
+  matrix products split across both cores (the draft's are too small to gain, and the per-round
+  Python work does not split). The speedup of speculative over plain decoding moves little
+  either way on an idle machine: the two settings' speedups overlap within their spreads over
+  prompts, and which is higher changes from run to run (``record.md``).
 
 So the course runs with one thread. ``LESSONLIB_THREADS=2`` (any integer >= 1) overrides it;
 ``LESSONLIB_THREADS=0`` leaves torch's own default (one thread per core). The policy is

@@ -151,6 +151,21 @@ def test_training_lowers_the_loss():
     assert np.mean(losses[-10:]) < losses[0] - 1.0, (losses[0], np.mean(losses[-10:]))
 
 
+def test_a_stop_request_ends_training_after_the_step_in_progress_and_resumes():
+    torch.manual_seed(0)
+    model = GPT(train.MINI_CONFIG)
+    saved = []
+    train.STOP.set()  # what SIGTERM / Ctrl-C do under `python -m lessonlib.models.train`
+    try:
+        state = train.fit(model, steps=20, batch_size=2, lr=3e-3, seed=0, desc="mini", checkpoint=saved.append,
+                          checkpoint_every=1)
+    finally:
+        train.STOP.clear()
+    assert state["step"] == 1 and len(state["losses"]) == 1 and "optimizer" in state and len(saved) == 1
+    state = train.fit(model, steps=3, batch_size=2, lr=3e-3, seed=0, desc="mini", state=state)
+    assert state["step"] == 3 and len(state["losses"]) == 3  # resumed where it stopped, to the planned end
+
+
 @pytest.mark.parametrize("kind", ["ce", "fkl", "tvd"])
 def test_distillation_losses_vanish_only_at_the_teacher(kind):
     g = torch.Generator().manual_seed(0)

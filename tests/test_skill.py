@@ -10,7 +10,9 @@ import pytest
 
 from lessonlib import paths
 from lessonlib.core import theory
+from lessonlib.bench import record
 from lessonlib.course import skill
+from lessonlib.course.skill import draft_free
 from lessonlib.course.skill.__main__ import main
 from lessonlib.decoding import fallback
 
@@ -400,10 +402,34 @@ def test_committed_skill_file_is_current_and_right():
     measurements = paths.ROOT / "outputs" / "benchmarks" / "temperature.json"
     committed = paths.ROOT / "outputs" / "skill-speculative-tuning.md"
     text = committed.read_text()
-    assert text == skill.build_skill(skill.load_measurements(measurements)), \
+    rows = record.load(paths.ROOT / "outputs" / "benchmarks")
+    assert text == skill.build_skill(skill.load_measurements(measurements), rows), \
         "regenerate with: python -m lessonlib.course.skill"
     check_skill_arithmetic(text)
     # control: the comparison is not vacuous -- other measurements give another file
     other = copy.deepcopy(skill.load_measurements(measurements))
     other["c"] = {name: value * 1.5 for name, value in other["c"].items()}
-    assert skill.build_skill(other) != text
+    assert skill.build_skill(other, rows) != text
+    assert skill.build_skill(skill.load_measurements(measurements)) != text  # the draft-free rows are in it
+
+
+def _record_row(family, method, speedup, source="tree", temperature=0.0):
+    spread = lambda v: {"median": v, "q25": v - 0.1, "q75": v + 0.1, "n": 5}
+    k = int(method.rsplit("=", 1)[1]) if "=" in method else None
+    return {"source": source, "family": family, "method": method, "k": k, "corpus": "code", "temperature": temperature,
+            "threads": 1, "prompts": 5, "alpha": spread(0.8), "tau": spread(2.5), "speedup": spread(speedup)}
+
+
+def test_draft_free_section_reads_the_record():
+    rows = [_record_row("prompt lookup", "prompt lookup k=4", 1.9), _record_row("prompt lookup", "prompt lookup k=8", 2.2),
+            _record_row("lookahead", "lookahead W4 N3 G4", 1.3), _record_row("chain draft-kl", "chain draft-kl K=3", 1.8),
+            _record_row("prompt lookup", "prompt lookup k=12", 9.9, temperature=1.0),  # another setting: not shown
+            _record_row("prompt lookup", "prompt lookup k=16", 9.9, source="decode")]
+    text = "\n".join(draft_free.lines(rows))
+    assert "`prompt lookup k=8`" in text and "2.20× [2.10, 2.30]" in text  # the best setting of its family
+    assert "k=4`" not in text and "9.90" not in text and "lookahead W4 N3 G4" in text
+    assert "chain draft-kl K=3" in text and "over 5 prompts, 1 thread" in text
+    # without draft-free rows the section names the command that measures them
+    for missing in ([], rows[3:4]):
+        assert "none recorded yet" in "\n".join(draft_free.lines(missing)) and draft_free.lookup_k(missing) is None
+    assert draft_free.lookup_k(rows) == 8  # the vLLM ngram config proposes the best lookup length

@@ -18,7 +18,9 @@ import pathlib
 from lessonlib import paths
 from lessonlib.bench import common
 
-QUANTITIES = ("tau", "alpha", "c", "r", "speedup", "tokens_per_second")
+# draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
+# whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
+QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
 SOURCES = ("decode", "tree")
 
 
@@ -69,16 +71,17 @@ def shown(rows) -> list[dict]:
 
 
 def markdown(rows) -> str:
-    header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "r", "speedup", "tokens/s", "prompts"]
-    digits = {"alpha": 3, "c": 3, "tokens_per_second": 0}
+    header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "draft cost / round", "r",
+              "speedup", "tokens/s", "prompts"]
+    digits = {"alpha": 3, "c": 3, "draft_cost_per_round": 3, "tokens_per_second": 0}
     table = [[r["method"], r["source"], r["corpus"], f"{r['temperature']:g}", r["threads"],
               *(common.cell({k: r[k]} if r.get(k) else {}, k, digits.get(k, 2), "×" if k == "speedup" else "")
                 for k in QUANTITIES), r["prompts"]] for r in shown(rows)]
     machines = {json.dumps({k: r["machine"].get(k) for k in ("platform", "processor", "torch")}) for r in rows}
     lines = ["# Table of record", "",
              "Median over prompts [inter-quartile range]. τ = tokens per target forward; α = accepted / judged drafts, "
-             "measured while decoding (chains only); c = draft step / one-token target step and r = verify forward / "
-             "one-token step, both timed in the decoding loops; speedup = plain s/token / method s/token on the same "
+             "measured while decoding; c = draft step / one-token target step, draft cost / round = a round's drafting / "
+             "one-token step (tree benchmark rows), r = verify forward / one-token step, all timed in the decoding loops; speedup = plain s/token / method s/token on the same "
              "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
              "its best K; record.json holds every K.", "", common.markdown_table(header, table), "",
              "Machine: " + "; ".join(sorted(machines))]

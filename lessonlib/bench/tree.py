@@ -206,7 +206,7 @@ def markdown(rows, best, cost, targets):
             or (f"α = {common.cell(r['spread'], 'alpha')}" if "alpha" in r["spread"] else "")
         table.append([r["method"] + mark, common.cell(r["spread"], "tau"), common.cell(r["spread"], "speedup", unit="×"),
                       _cost_cell(r) if r["family"] != "plain" else "", common.cell(r["spread"], "r"),
-                      r.get("mean_nodes", ""), acc, r["prompts"]])
+                      f"{r['mean_nodes']:.1f}" if "mean_nodes" in r else "", acc, r["prompts"]])
     lines = [common.markdown_table(header, table), "",
              "Medians over prompts [inter-quartile range]; each method interleaved with plain decoding of the same "
              "prompt, fastest of the repeats. c = draft step / one-token target step; draft cost / round = a round's "

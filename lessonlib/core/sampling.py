@@ -76,8 +76,9 @@ def inverse_cdf(p, u):
     cdf = xp.cumsum(p, axis=-1)
     total = cdf[..., -1:]
     idx = (cdf <= u[..., None] * total).sum(axis=-1)
-    # u * total can round up to total when u is the largest double below 1: stay on the
-    # last token with mass (the first index where the cdf reaches its total)
+    # For u < 1, u * total < total in IEEE arithmetic, so idx is always a token with mass; a
+    # caller's u == 1.0 would count every entry (an index past the end). Clamp it to the last
+    # token with mass (the first index where the cdf reaches its total) rather than fail.
     last = xp.argmax(xp.where(cdf >= total, 1, 0), axis=-1)
     return xp.minimum(idx, last)
 

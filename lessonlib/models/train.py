@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import signal
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -43,6 +45,9 @@ GPU_CONFIGS = {
 }
 SCALES = ("cpu", "gpu")
 RUNS = data.CACHE_DIR / "runs"
+# Set by SIGTERM / Ctrl-C under ``main``: ``fit`` ends after the step in progress, and the run is
+# checkpointed and shipped as far as it got (``--resume`` continues it), like a ``--minutes`` stop.
+STOP = threading.Event()
 
 
 # ----------------------------------------------------------------------------- losses
@@ -169,7 +174,7 @@ def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, ki
         elapsed = time.time() - started
         if checkpoint and (step + 1) % checkpoint_every == 0:
             checkpoint(state | {"optimizer": optimizer.state_dict(), "seconds": state["seconds"] + elapsed})
-        if time_budget_s is not None and elapsed > time_budget_s:
+        if STOP.is_set() or (time_budget_s is not None and elapsed > time_budget_s):
             break
     state["seconds"] += time.time() - started
     state["optimizer"] = optimizer.state_dict()
@@ -304,6 +309,9 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
     }
     if "optimizer_restarted_at" in state:
         meta["optimizer_restarted_at"] = state["optimizer_restarted_at"]
+    if state["step"] < steps:  # stopped by --minutes: ship what was reached, say how to go on
+        meta["unfinished"] = (f"training stopped at step {state['step']} of {steps}; resume with: "
+                              f"python -m lessonlib.models.train {name} --resume")
     model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships
     meta["heldout_bits_per_byte"] = {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA}
     save(model, name, meta, out_dir)
@@ -317,12 +325,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["tokenizer", *RECIPES])
     parser.add_argument("--steps", type=int, default=None, help="planned optimizer steps (sets the lr schedule)")
-    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (resume later)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop after this many minutes (resume later); SIGTERM or Ctrl-C stops the same way")
     parser.add_argument("--resume", action="store_true", help="continue the run saved under .cache/runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
     parser.add_argument("--scale", choices=SCALES, default="cpu", help="gpu: the larger configs, saved as NAME-gpu")
     args = parser.parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: finish the step, save, ship (resume later)
+        signal.signal(sig, lambda *_: STOP.set())
     if args.what == "tokenizer":
         data.train_tokenizer()
         print(f"wrote {data.TOKENIZER_PATH}")

@@ -15,8 +15,9 @@ import numpy as np
 
 from lessonlib import paths
 from lessonlib.core import theory
+from lessonlib.bench import record
 from lessonlib.bench.common import markdown_table
-from lessonlib.course.skill import schema
+from lessonlib.course.skill import draft_free, schema
 from lessonlib.course.skill.recommend import (MARGIN, POLICY_DEFAULTS, alpha_from_tau, breakeven_alpha_best_k,
                                               speedup_grid, temperature_gate, verify_cost, worked_examples)
 
@@ -142,7 +143,7 @@ def _steps_measure(x):
              "Medusa 1.71×, EAGLE 2.10×, EAGLE-2 2.36×; EAGLE-3 LLaMA-3.1-8B MT-bench 4.40× (T = 0)"],
             ["high temperature with a deterministic draft, or a saturated batch", "none (plain decoding)",
              "see steps 6–8"]]),
-    ]
+    ] + x["draft_free"]
     if all(d in m["alpha"] for d in ("draft-ce", "draft-kl")) and 1.0 in x["ts"]:
         i = x["ts"].index(1.0)
         lines.append(f"\nCourse measurement at T = 1 (sampled, teacher-forced on held-out `{m['corpus']}`): α = "
@@ -373,8 +374,9 @@ def _configs(x):
         "# EAGLE-3 head",
         f"vllm serve meta-llama/Llama-3.1-8B-Instruct "
         f"{_vllm('eagle3', 'RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3', k)}",
-        "# no draft at all: n-gram prompt lookup",
-        f"vllm serve Qwen/Qwen3-8B {_vllm('ngram', None, k, {'prompt_lookup_max': 4})}",
+        "# no draft at all: n-gram prompt lookup"
+        + (f"; K = {x['lookup_k']} was the course's best lookup length on code (step 3)" if x["lookup_k"] else ""),
+        f"vllm serve Qwen/Qwen3-8B {_vllm('ngram', None, x['lookup_k'] or k, {'prompt_lookup_max': 4})}",
         "```\n",
     ]
 
@@ -398,9 +400,10 @@ def _sources_and_decision(x):
     ]
 
 
-def build_skill(m):
-    """Render the skill file (Markdown) from measurements (validated first: ValueError names a bad field)."""
-    x = _context(m)
+def build_skill(m, record_rows=()):
+    """Render the skill file (Markdown) from measurements (validated first: ValueError names a bad field)
+    and the table of record's rows (``bench.record.load()``), for the draft-free methods."""
+    x = _context(m) | {"draft_free": draft_free.lines(record_rows), "lookup_k": draft_free.lookup_k(record_rows)}
     sections = (_header, _steps_measure, _steps_configure, _steps_run, _k_table, _alpha_table, _worked, _configs,
                 _sources_and_decision)
     return "\n".join(line for section in sections for line in section(x)) + "\n"
@@ -434,8 +437,9 @@ def decision_block(markdown):
 def write_skill(measurements_path=None, out_path=None):
     """Regenerate the skill file from the measurements JSON; returns the output path.
 
-    Defaults: ``schema.measurements_path()`` and ``skill_path()``, resolved now."""
-    text = build_skill(schema.load_measurements(measurements_path))
+    Defaults: ``schema.measurements_path()`` and ``skill_path()``, resolved now; the draft-free rows come
+    from the table of record in the outputs folder, else the shipped one."""
+    text = build_skill(schema.load_measurements(measurements_path), record.load())
     out_path = pathlib.Path(out_path) if out_path is not None else skill_path()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(text)
