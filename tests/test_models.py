@@ -1,7 +1,10 @@
 """The tiny GPT: KV cache against full recomputation, checkpoints, and the training loop."""
 import copy
+import functools
+import time
 
 import numpy as np
+
 import pytest
 import torch
 
@@ -164,6 +167,38 @@ def test_a_stop_request_ends_training_after_the_step_in_progress_and_resumes():
     assert state["step"] == 1 and len(state["losses"]) == 1 and "optimizer" in state and len(saved) == 1
     state = train.fit(model, steps=3, batch_size=2, lr=3e-3, seed=0, desc="mini", state=state)
     assert state["step"] == 3 and len(state["losses"]) == 3  # resumed where it stopped, to the planned end
+
+
+def test_a_stopped_run_ships_unfinished_and_its_resumption_records_where_each_part_trained(tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "RUNS", tmp_path / "runs")
+    train.STOP.set()  # stopped after its first step, as by SIGTERM
+    try:
+        _, meta = train.train_model("mini", steps=3, out_dir=tmp_path)
+    finally:
+        train.STOP.clear()
+    assert meta["steps"] == 1 and "--resume" in meta["unfinished"] and meta["runs"] == 1
+    assert [h["steps"] for h in meta["history"]] == [[0, 1]] and meta["history"][0]["device"] == "cpu"
+    _, meta = train.train_model("mini", steps=3, resume=True, out_dir=tmp_path)
+    assert meta["steps"] == 3 and "unfinished" not in meta and meta["runs"] == 2
+    assert [h["steps"] for h in meta["history"]] == [[0, 1], [1, 3]]
+    assert models.read_meta("mini", tmp_path)["history"] == meta["history"]  # shipped beside the weights
+
+
+def test_time_paused_by_sigtstp_is_not_training_time():
+    torch.manual_seed(0)
+    model = GPT(train.MINI_CONFIG)
+
+    def step(*args, pause=0.0, **kwargs):  # a step during which the run was stopped for `pause` seconds
+        time.sleep(pause)
+        train.PAUSED["seconds"] += pause
+        return train.train_step(*args, **kwargs)
+
+    paused = train.fit(model, steps=2, batch_size=2, lr=3e-3, seed=0, desc="mini",
+                       step_fn=functools.partial(step, pause=0.4))
+    assert paused["step"] == 2 and 0 < paused["seconds"] < 0.4  # 0.8 s paused, not counted
+    slept = train.fit(model, steps=2, batch_size=2, lr=3e-3, seed=0, desc="mini",  # control: a sleep that is no pause
+                      step_fn=lambda *a, **k: (time.sleep(0.4), train.train_step(*a, **k))[1])
+    assert slept["seconds"] >= 0.8
 
 
 @pytest.mark.parametrize("kind", ["ce", "fkl", "tvd"])

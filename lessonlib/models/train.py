@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import signal
 import subprocess
@@ -48,6 +49,20 @@ RUNS = data.CACHE_DIR / "runs"
 # Set by SIGTERM / Ctrl-C under ``main``: ``fit`` ends after the step in progress, and the run is
 # checkpointed and shipped as far as it got (``--resume`` continues it), like a ``--minutes`` stop.
 STOP = threading.Event()
+# SIGTSTP pauses a run (SIGCONT resumes it) without counting the pause as training time, so a
+# shared machine can lend the run's cores to something else: ``kill -TSTP PID``, later ``kill -CONT PID``.
+PAUSED = {"seconds": 0.0, "since": None}
+
+
+def _pause(*_):
+    PAUSED["since"] = time.time()
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _resume(*_):
+    if PAUSED["since"] is not None:
+        PAUSED["seconds"] += time.time() - PAUSED["since"]
+        PAUSED["since"] = None
 
 
 # ----------------------------------------------------------------------------- losses
@@ -158,7 +173,8 @@ def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, ki
     if "optimizer" in state:
         optimizer.load_state_dict(state["optimizer"])
     batches = Batches(model.config.block_size, batch_size, seed + state["step"])
-    started = time.time()
+    started, paused_before = time.time(), PAUSED["seconds"]
+    running = lambda: time.time() - started - (PAUSED["seconds"] - paused_before)  # wall time, pauses excluded
     model.train()
     bar = tqdm(range(state["step"], steps), desc=desc, initial=state["step"], total=steps)
     for step in bar:
@@ -171,12 +187,12 @@ def fit(model, steps, batch_size, lr, seed, step_fn=train_step, teacher=None, ki
         state["tokens"] += x.numel()
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss:.3f}")
-        elapsed = time.time() - started
+        elapsed = running()
         if checkpoint and (step + 1) % checkpoint_every == 0:
             checkpoint(state | {"optimizer": optimizer.state_dict(), "seconds": state["seconds"] + elapsed})
         if STOP.is_set() or (time_budget_s is not None and elapsed > time_budget_s):
             break
-    state["seconds"] += time.time() - started
+    state["seconds"] += running()
     state["optimizer"] = optimizer.state_dict()
     model.eval()
     return state
@@ -189,17 +205,31 @@ def run_metadata(state, planned_steps, batch_size, device, seed, before=None) ->
     return {
         "steps": before.get("steps", 0) + state["step"],
         "planned_steps": planned_steps,
-        "runs": before.get("runs", 0) + 1,
+        "runs": before.get("runs", 0) + (len(state.get("history", [])) or 1),
         "batch_size": batch_size,
         "tokens_seen": before.get("tokens_seen", 0) + state["tokens"],
         "train_seconds": round(before.get("train_seconds", 0.0) + state["seconds"], 1),
         "final_train_loss": float(np.mean(state["losses"][-50:])),
-        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {torch.get_num_threads()} threads",
-        "torch": torch.__version__,
-        "git_revision": git_revision(),
+        **where(device),
         "seed": seed,
     }
+
+
+def where(device) -> dict:
+    """Where a run trains: device, machine (with the thread count), torch and the git revision."""
+    return {"device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu",
+            "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {torch.get_num_threads()} threads",
+            "torch": str(torch.__version__), "git_revision": git_revision()}  # str: a TorchVersion breaks weights_only loads
+
+
+def record_run(state, before, device):
+    """Append this run to ``state["history"]``: the steps it trained, its seconds and where
+    (``where``), so a checkpoint resumed on other machines says which part was trained where."""
+    history = state.setdefault("history", [])
+    if not history and before["step"] > 0:  # resumed from a run saved before runs kept a history
+        history.append({"steps": [0, before["step"]], "where": "not recorded (saved before runs kept a history)"})
+    history.append({"steps": [before["step"], state["step"]], "seconds": round(state["seconds"] - before["seconds"], 1),
+                    **where(device)})
 
 
 def git_revision() -> str:
@@ -270,6 +300,7 @@ def _resume_state(model, run_path, name, out_dir):
     if hasattr(model, "mtp"):
         model.mtp.load_state_dict(load_state(f"{name}-mtp", out_dir))
     return {"step": meta["steps"], "tokens": meta["tokens_seen"], "seconds": meta["train_seconds"], "losses": [],
+            "history": meta.get("history", []),
             "optimizer_restarted_at": meta["steps"]}
 
 
@@ -290,9 +321,11 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         run_path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(s | {"model": model.state_dict()}, run_path)
 
+    before = {"step": state["step"], "seconds": state["seconds"]} if state else {"step": 0, "seconds": 0.0}
     state = fit(model, steps, batch, lr, seed + (init is not None), step_fn=step_fn, teacher=teacher, kind=kind,
                 state=state, time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint,
                 checkpoint_every=50 if kind == "mtp" else 500)
+    record_run(state, before, device)
     checkpoint(state)
     trainee, model = model, gpt
     meta = {
@@ -307,6 +340,7 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         **run_metadata(state, steps, batch, device, seed),
         "heldout_bits_per_byte": None,  # filled below, after rounding to the stored precision
     }
+    meta["history"] = state["history"]
     if "optimizer_restarted_at" in state:
         meta["optimizer_restarted_at"] = state["optimizer_restarted_at"]
     if state["step"] < steps:  # stopped by --minutes: ship what was reached, say how to go on
@@ -334,6 +368,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: finish the step, save, ship (resume later)
         signal.signal(sig, lambda *_: STOP.set())
+    signal.signal(signal.SIGTSTP, _pause)
+    signal.signal(signal.SIGCONT, _resume)
     if args.what == "tokenizer":
         data.train_tokenizer()
         print(f"wrote {data.TOKENIZER_PATH}")
