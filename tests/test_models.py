@@ -184,6 +184,14 @@ def test_a_stopped_run_ships_unfinished_and_its_resumption_records_where_each_pa
     assert models.read_meta("mini", tmp_path)["history"] == meta["history"]  # shipped beside the weights
 
 
+def test_the_v2_draft_is_distilled_from_target_v2_like_draft_kl_from_the_target():
+    config, lr, batch, kind, teacher, init, name = train.recipe("draft-kl-v2")
+    assert (teacher, init, kind, name) == ("target-v2", "draft-base", "fkl", "draft-kl-v2")
+    assert (config, lr, batch) == train.recipe("draft-kl")[:3]  # only the teacher differs
+    with pytest.raises(ValueError, match="name must be one of"):
+        train.recipe("draft-kl-v3")
+
+
 def test_time_paused_by_sigtstp_is_not_training_time():
     torch.manual_seed(0)
     model = GPT(train.MINI_CONFIG)

@@ -253,8 +253,11 @@ RECIPES = {
     "mini": (MINI_CONFIG, 3e-3, 8, "ce", None, None),
     # trained with MTP modules (lessonlib.models.mtp), saved beside it as target-v2-mtp
     "target-v2": (TARGET_V2_CONFIG, 1.5e-3, 32, "mtp", None, None),
+    # the distilled draft for target v2 (draft-base and draft-ce learn from text alone: no target to change)
+    "draft-kl-v2": (DRAFT_CONFIG, 1e-3, 32, "fkl", "target-v2", "draft-base"),
 }
-DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50, "target-v2": 2400}
+DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50, "target-v2": 2400,
+                 "draft-kl-v2": 500}
 
 
 def recipe(name: str, scale: str = "cpu"):

@@ -2,6 +2,7 @@
 
     python -m lessonlib.models.train_heads both
     python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE-3's training-time test
+    python -m lessonlib.models.train_heads eagle3 --target target-v2 --suffix=-v2   # heads for target v2
 
 Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
 the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
@@ -125,6 +126,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--suffix", default="", help="checkpoint name suffix, e.g. -ttt")
+    parser.add_argument("--target", default="target", help="the frozen target the heads read, e.g. target-v2")
     parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
@@ -132,7 +134,7 @@ def main(argv=None):
     kinds = ("eagle", "medusa") if args.kind == "both" else (args.kind,)
     started = time.time()
     metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed, args.device,
-                        suffix=args.suffix, resume=args.resume)
+                        target_name=args.target, suffix=args.suffix, resume=args.resume)
     for meta in metas.values():
         print({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})
     print(f"({time.time() - started:.0f} s)")
