@@ -8,6 +8,7 @@ copy of the real one: the machinery itself, with negative controls (an English e
 fuzzy, a removed translation missing, a tampered Persian notebook out of date).
 """
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -59,6 +60,36 @@ def test_the_build_keeps_every_code_cell_of_the_real_notebooks():
         a, b = json.loads(english.read_text(encoding="utf-8"))["cells"], json.loads(built[persian])["cells"]
         assert [c["id"] for c in a] == [c["id"] for c in b], persian
         assert [c for c in a if c["cell_type"] == "code"] == [c for c in b if c["cell_type"] == "code"], persian
+
+
+# What a notebook's code could read relative to the kernel's working directory, the one thing
+# that differs for a copy one folder down (solutions/fa/ against solutions/).
+CWD_DEPENDENT = re.compile(r"""f?(['"])\.\.?/|os\.chdir|os\.getcwd|Path\.cwd|\b(open|Path)\(\s*f?['"](?!/)""")
+
+
+def _code_cells(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def test_persian_solutions_and_exercises_run_exactly_like_the_english():
+    """nbval executes the English solutions and exercises and the Persian lesson, not the Persian
+    solutions and exercises (pyproject.toml): each has the code cells of its English notebook,
+    and no code cell depends on the working directory, so they run as the English ones do."""
+    english = [*translate.english_notebooks(ROOT), *sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))]
+    assert len(english) == 11
+    for path in english:
+        assert _code_cells(translate.persian_path(path)) == _code_cells(path), path
+        for source in _code_cells(path):
+            assert not CWD_DEPENDENT.search(source), (path, CWD_DEPENDENT.search(source)[0])
+    # negative controls: the comparison sees code (an exercise's stubs are not its solution's code), and
+    # each way of reading the working directory is caught, absolute paths are not
+    assert _code_cells(ROOT / "exercises" / english[1].name) != _code_cells(english[1])
+    for bad in ('open("results.json")', "Path('../outputs')", 'x = "./data.csv"', "os.chdir(d)", "Path.cwd()",
+                'open(f"{name}.txt")'):
+        assert CWD_DEPENDENT.search(bad), bad
+    for fine in ('open("/tmp/x")', "paths.ROOT / 'outputs'", "np.ones(3)", "data.heldout_prompts('code', 5, 64)"):
+        assert not CWD_DEPENDENT.search(fine), fine
 
 
 def _copy_repo(tmp_path: Path) -> Path:
