@@ -222,14 +222,14 @@ def where(device) -> dict:
             "torch": str(torch.__version__), "git_revision": git_revision()}  # str: a TorchVersion breaks weights_only loads
 
 
-def record_run(state, before, device):
+def record_run(state, before, place):
     """Append this run to ``state["history"]``: the steps it trained, its seconds and where
-    (``where``), so a checkpoint resumed on other machines says which part was trained where."""
+    (``place``: ``where`` at the run's start), so a resumed checkpoint says which part was trained where."""
     history = state.setdefault("history", [])
     if not history and before["step"] > 0:  # resumed from a run saved before runs kept a history
         history.append({"steps": [0, before["step"]], "where": "not recorded (saved before runs kept a history)"})
     history.append({"steps": [before["step"], state["step"]], "seconds": round(state["seconds"] - before["seconds"], 1),
-                    **where(device)})
+                    **place})
 
 
 def git_revision() -> str:
@@ -325,10 +325,11 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         torch.save(s | {"model": model.state_dict()}, run_path)
 
     before = {"step": state["step"], "seconds": state["seconds"]} if state else {"step": 0, "seconds": 0.0}
+    place = where(device)  # at the start: the revision whose code this run executes
     state = fit(model, steps, batch, lr, seed + (init is not None), step_fn=step_fn, teacher=teacher, kind=kind,
                 state=state, time_budget_s=None if minutes is None else 60 * minutes, desc=name, checkpoint=checkpoint,
                 checkpoint_every=50 if kind == "mtp" else 500)
-    record_run(state, before, device)
+    record_run(state, before, place)
     checkpoint(state)
     trainee, model = model, gpt
     meta = {
