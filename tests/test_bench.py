@@ -175,3 +175,16 @@ def test_profile_alpha_for_a_speedup_prices_the_measured_verify():
     assert expected_tokens_per_verify(alpha - 0.01, k) / (k * c + r) < 1.6
     assert alpha_for_speedup(1.6, k, c, 1.0) < alpha  # negative control: r = 1 asks for less
     assert float(alpha_for_speedup((k + 1) / (k * c + r) + 0.01, k, c, r)) == float("inf")
+
+
+def test_record_prices_a_chains_drafting_at_k_times_c(tmp_path):
+    c = measures.summary([0.08, 0.09, 0.10, 0.11, 0.12])
+    row = {"corpus": "code", "temperature": 0.0, "threads": 1, "draft": "draft-kl", "k": 3, "method": "chain draft-kl K=3",
+           "prompts": 5, "spread": {"c": c, "speedup": c}}
+    (tmp_path / "decode.json").write_text(json.dumps({"settings": {}, "rows": [row], "plain": []}))
+    [got] = record.collect(tmp_path)
+    assert got["draft_cost_per_round"]["median"] == pytest.approx(3 * c["median"])
+    assert got["draft_cost_per_round"]["q25"] == pytest.approx(3 * c["q25"]) and got["draft_cost_per_round"]["n"] == 5
+    measured = dict(row, spread={"c": c, "draft_cost_per_round": c})  # a measured cost is kept as it is
+    (tmp_path / "decode.json").write_text(json.dumps({"settings": {}, "rows": [measured], "plain": []}))
+    assert record.collect(tmp_path)[0]["draft_cost_per_round"] == c

@@ -25,7 +25,9 @@ SOURCES = ("decode", "tree")
 
 
 def _row(source, report, row, setting) -> dict:
-    spread = row.get("spread", {})
+    spread = dict(row.get("spread", {}))
+    if "draft_cost_per_round" not in spread and "c" in spread and row.get("k"):  # a chain drafts K steps of c
+        spread["draft_cost_per_round"] = {q: row["k"] * v if q != "n" else v for q, v in spread["c"].items()}
     return {"source": source, "method": row["method"], "family": row.get("family", f"chain {row.get('draft')}"),
             "k": row.get("k"), **setting, "threads": row.get("threads", setting.get("threads")),
             **{key: spread.get(key) for key in QUANTITIES}, "prompts": row.get("prompts", setting.get("prompts")),
@@ -70,18 +72,23 @@ def shown(rows) -> list[dict]:
     return list(best.values())
 
 
+def cell(row, key, digits=2, unit="") -> str:
+    """One quantity of a record row, '1.52× [1.41, 1.60]' ('–' when it was not measured)."""
+    return common.cell({key: row[key]} if row.get(key) else {}, key, digits, unit)
+
+
 def markdown(rows) -> str:
     header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "draft cost / round", "r",
               "speedup", "tokens/s", "prompts"]
     digits = {"alpha": 3, "c": 3, "draft_cost_per_round": 3, "tokens_per_second": 0}
     table = [[r["method"], r["source"], r["corpus"], f"{r['temperature']:g}", r["threads"],
-              *(common.cell({k: r[k]} if r.get(k) else {}, k, digits.get(k, 2), "×" if k == "speedup" else "")
-                for k in QUANTITIES), r["prompts"]] for r in shown(rows)]
+              *(cell(r, k, digits.get(k, 2), "×" if k == "speedup" else "") for k in QUANTITIES), r["prompts"]]
+             for r in shown(rows)]
     machines = {json.dumps({k: r["machine"].get(k) for k in ("platform", "processor", "torch")}) for r in rows}
     lines = ["# Table of record", "",
              "Median over prompts [inter-quartile range]. τ = tokens per target forward; α = accepted / judged drafts, "
              "measured while decoding; c = draft step / one-token target step, draft cost / round = a round's drafting / "
-             "one-token step (tree benchmark rows), r = verify forward / one-token step, all timed in the decoding loops; speedup = plain s/token / method s/token on the same "
+             "one-token step (K c for a chain), r = verify forward / one-token step, all timed in the decoding loops; speedup = plain s/token / method s/token on the same "
              "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
              "its best K; record.json holds every K.", "", common.markdown_table(header, table), "",
              "Machine: " + "; ".join(sorted(machines))]

@@ -343,11 +343,11 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
         "heldout_documents": data.heldout_names(),
         **run_metadata(state, steps, batch, device, seed),
         "heldout_bits_per_byte": None,  # filled below, after rounding to the stored precision
+        "history": state["history"],
     }
-    meta["history"] = state["history"]
     if "optimizer_restarted_at" in state:
         meta["optimizer_restarted_at"] = state["optimizer_restarted_at"]
-    if state["step"] < steps:  # stopped by --minutes: ship what was reached, say how to go on
+    if state["step"] < steps:  # stopped by --minutes or SIGTERM: ship what was reached, say how to go on
         meta["unfinished"] = (f"training stopped at step {state['step']} of {steps}; resume with: "
                               f"python -m lessonlib.models.train {name} --resume")
     model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships

@@ -14,17 +14,6 @@ FAMILIES = (("prompt lookup", "n-gram prompt lookup"), ("lookup + draft", "promp
 BASELINE = "chain draft-kl"  # the tree benchmark's chain rows (the draft the course distils)
 
 
-def _cell(row, key, unit="", digits=2):
-    return common.cell({key: row[key]} if row.get(key) else {}, key, digits, unit)
-
-
-def _draft_cost(row):
-    """A round's drafting in one-token target steps: measured per round, or K c for a chain."""
-    if row.get("draft_cost_per_round") or not (row.get("c") and row.get("k")):
-        return _cell(row, "draft_cost_per_round", digits=3)
-    return f"K·c = {row['k'] * row['c']['median']:.3f}"
-
-
 def _best(rows, family):
     rows = [r for r in rows if r["family"] == family and r.get("speedup")]
     return max(rows, key=lambda r: r["speedup"]["median"]) if rows else None
@@ -49,8 +38,8 @@ def lines(rows) -> list[str]:
         return ["\nCourse measurement of the draft-free methods: none recorded yet "
                 "(`python -m lessonlib.bench tree` measures them and refreshes the record).\n"]
     first = found[0][1]
-    table = [[label, f"`{r['method']}`", _cell(r, "alpha"), _cell(r, "tau"), _draft_cost(r), _cell(r, "speedup", "×")]
-             for label, r in found]
+    table = [[label, f"`{r['method']}`", record.cell(r, "alpha"), record.cell(r, "tau"),
+              record.cell(r, "draft_cost_per_round", 3), record.cell(r, "speedup", unit="×")] for label, r in found]
     lookup = dict(found).get(FAMILIES[0][1])
     cost = lookup and lookup.get("draft_cost_per_round")
     why = (f"Prompt lookup's drafting cost {cost['median']:.3f} of a one-token target step per round here, so its "
