@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lessonlib import paths
-from lessonlib.bench import common, load, record, tree
+from lessonlib.bench import common, kinds, load, record, tree
 from lessonlib.bench import decode as bench_decode
 from lessonlib.decoding import measures
 from lessonlib.models import load as load_model
@@ -108,7 +108,7 @@ def test_decode_and_tree_benchmarks_share_the_definition_of_c():
 
 
 def test_benchmarks_refuse_fewer_than_five_prompts():
-    for main in (bench_decode.main, tree.main, load.main):
+    for main in (bench_decode.main, tree.main, kinds.main, load.main):
         with pytest.raises(SystemExit):
             main(["--prompts", "4"])
 

@@ -87,7 +87,7 @@ def test_eagle3_drafter_rows_equal_a_fresh_unroll():
 def test_eagle3_training_lowers_every_unrolled_step():
     torch.manual_seed(4)
     target = GPT(CONFIG).eval()
-    model = train_heads.Trainee(CONFIG, ("eagle3",), ttt_steps=3)
+    model = train_heads.Trainee(CONFIG, ("eagle3",), eagle3_ttt=3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     x = torch.randint(0, 32, (4, 24))
     before = [v.item() for v in model.losses(target, x)["eagle3"][0]]

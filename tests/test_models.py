@@ -1,5 +1,6 @@
 """The tiny GPT: KV cache against full recomputation, checkpoints, and the training loop."""
 import copy
+import json
 import functools
 import time
 
@@ -184,12 +185,14 @@ def test_a_stopped_run_ships_unfinished_and_its_resumption_records_where_each_pa
     assert models.read_meta("mini", tmp_path)["history"] == meta["history"]  # shipped beside the weights
 
 
-def test_the_v2_draft_is_distilled_from_target_v2_like_draft_kl_from_the_target():
-    config, lr, batch, kind, teacher, init, name = train.recipe("draft-kl-v2")
-    assert (teacher, init, kind, name) == ("target-v2", "draft-base", "fkl", "draft-kl-v2")
-    assert (config, lr, batch) == train.recipe("draft-kl")[:3]  # only the teacher differs
+def test_the_recipes_pair_the_drafts_with_the_mtp_target():
+    config, lr, batch, kind, teacher, init, name = train.recipe("draft-kl")
+    assert (teacher, init, kind, name) == ("target", "draft-base", "fkl", "draft-kl")
+    assert train.recipe("draft-ce")[:3] == (config, lr, batch)  # draft-ce and draft-kl differ only in the objective
+    assert train.recipe("target")[3] == "mtp" and train.recipe("target")[0].n_layer == 24
+    assert train.recipe("target", "gpu")[0].n_layer == 24  # the GPU scale keeps the depth
     with pytest.raises(ValueError, match="name must be one of"):
-        train.recipe("draft-kl-v3")
+        train.recipe("target-v2")
 
 
 def test_time_paused_by_sigtstp_is_not_training_time():
@@ -223,3 +226,18 @@ def test_distillation_losses_vanish_only_at_the_teacher(kind):
     if kind == "tvd":  # equals 1 - alpha averaged over positions
         want = 1 - torch.minimum(p, q).sum(-1).mean()
         torch.testing.assert_close(train.distillation_loss(teacher.flip(-1), teacher, "tvd"), want)
+
+
+def test_the_shipped_set_fits_its_budget_and_every_checkpoint_is_finished():
+    """The shipped checkpoints: ≤ 40 MB in all, each JSON names its own weights, no run left
+    unfinished, and every head and MTP module reads the shipped target."""
+    assets = models.CHECKPOINTS
+    assert sum(p.stat().st_size for p in assets.iterdir()) <= 40e6
+    metas = {p.stem: json.loads(p.read_text()) for p in assets.glob("*.json") if p.name != "tokenizer.json"}
+    assert {"target", "target-mtp", "draft-base", "draft-ce", "draft-kl", "eagle", "eagle3", "medusa"} <= set(metas)
+    for name, meta in metas.items():
+        assert meta["name"] == name and (assets / f"{name}.safetensors").exists(), name
+        assert "unfinished" not in meta, name
+        if meta.get("kind") in ("eagle", "eagle3", "medusa", "mtp"):
+            assert meta["target"] == "target", name
+    assert metas["draft-kl"]["teacher"] == "target"

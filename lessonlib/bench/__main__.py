@@ -1,12 +1,12 @@
-"""``python -m lessonlib.bench {decode,tree,profile,record,load,shapes,peers,gpu} [options]``: each writes JSON
-and Markdown under outputs/benchmarks/ (``--help`` after the name lists its options); decode and
-tree also refresh the table of record, record.json / record.md."""
+"""``python -m lessonlib.bench {decode,tree,kinds,profile,record,load,shapes,peers,gpu} [options]``: each writes JSON
+and Markdown under outputs/benchmarks/ (``--help`` after the name lists its options); decode,
+tree and kinds also refresh the table of record, record.json / record.md."""
 from __future__ import annotations
 
 import importlib
 import sys
 
-COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree",
+COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", "kinds": "lessonlib.bench.kinds",
             "profile": "lessonlib.bench.profile", "record": "lessonlib.bench.record",
             "load": "lessonlib.bench.load", "shapes": "lessonlib.bench.shapes", "gpu": "lessonlib.bench.gpu",
             "peers": "lessonlib.bench.peers"}  # needs requirements-peers.txt

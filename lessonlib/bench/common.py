@@ -34,6 +34,15 @@ def parser(doc: str, repeats_help: str = "time every run this many times, keep t
     return out
 
 
+def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Parse a benchmark's command line; fewer than ``measures.MIN_PROMPTS`` prompts is an error
+    (no conclusion from fewer)."""
+    args = parser.parse_args(argv)
+    if args.prompts < measures.MIN_PROMPTS:
+        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    return args
+
+
 def machine() -> dict:
     """The machine and settings a measurement was taken on."""
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),

@@ -130,9 +130,7 @@ def main(argv=None):
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
-    args = parser.parse_args(argv)
-    if args.prompts < measures.MIN_PROMPTS:
-        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    args = common.parse(parser, argv)
     started = time.time()
     rows, plain_rows = bench_decode(ks=args.ks, n_prompts=args.prompts, prompt_len=args.prompt_len,
                                     new_tokens=args.new_tokens, device=args.device, scale=args.scale,

@@ -180,9 +180,7 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=300,
                         help="seconds a chain measurement may take under one condition before it is skipped")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.prompts < measures.MIN_PROMPTS:
-        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    args = common.parse(parser, argv)
     settings = {"prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats}
     started = time.time()
     results = measure(settings, tuple(args.threads), tuple(args.conditions), args.budget)

@@ -165,9 +165,7 @@ def markdown(report) -> str:
 def main(argv=None):
     parser = common.parser(__doc__, "time every run this many times, keep the fastest")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.prompts < measures.MIN_PROMPTS:
-        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    args = common.parse(parser, argv)
     started = time.time()
     n_threads = threads.apply()
     report = run(args.prompts, new_tokens=args.new_tokens, repeats=args.repeats)

@@ -1,7 +1,8 @@
 """The table of record: ``python -m lessonlib.bench record`` writes outputs/benchmarks/record.{json,md}.
 
 One row per method and setting -- plain decoding and chain drafts at every K from the decode
-benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``) --
+benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``), each
+draft kind's best chain and tree at T = 0 and 1 (``kinds.json``, also appended as its table) --
 with tau, alpha measured while decoding, c, r, the speedup and tokens per second, each the median over prompts with
 its inter-quartile range, the number of prompts, the thread count and the machine. Every
 number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
@@ -21,7 +22,7 @@ from lessonlib.bench import common
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
 # whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
 QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
-SOURCES = ("decode", "tree")
+SOURCES = ("decode", "tree", "kinds")
 
 
 def _row(source, report, row, setting) -> dict:
@@ -56,6 +57,14 @@ def collect(folder: pathlib.Path | None = None) -> list[dict]:
                    "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
                    "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
         rows += [_row("tree", report, r, setting) for r in report["rows"] if r["method"] != "plain" and "spread" in r]
+    kinds = folder / "kinds.json"
+    if kinds.exists():  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
+        report = json.loads(kinds.read_text())
+        s = report["setup"]
+        setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
+                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+        rows += [_row("kinds", report, r, setting | {"temperature": r["temperature"]})
+                 for r in report["rows"] if r["method"] != "plain" and "spread" in r]
     return rows
 
 
@@ -96,11 +105,16 @@ def markdown(rows) -> str:
 
 
 def write(folder: pathlib.Path | None = None) -> pathlib.Path:
-    """Rebuild record.json and record.md in ``folder`` from the benchmark reports there."""
+    """Rebuild record.json and record.md in ``folder`` from the benchmark reports there; record.md
+    ends with the draft-kinds comparison (kinds.md) when the kinds benchmark has run."""
     rows = collect(folder)
+    md = markdown(rows)
+    kinds = (pathlib.Path(folder) if folder is not None else paths.benchmarks()) / "kinds.md"
+    if kinds.exists():
+        md += "\n" + kinds.read_text().replace("# Draft kinds on one target", "## Draft kinds on one target (kinds.md)", 1)
     return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES),
                                           "sources": [s for s in SOURCES if any(r["source"] == s for r in rows)]},
-                               markdown(rows), folder)
+                               md, folder)
 
 
 def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:

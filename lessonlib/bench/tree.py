@@ -38,11 +38,13 @@ from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafter
 from lessonlib.decoding.lookahead import lookahead_generate
+from lessonlib.decoding.mtp_draft import MTPDrafter
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.tree_decode import acceptance_by_depth, tree_generate
 from lessonlib.models import CHECKPOINTS, load
 from lessonlib.models.heads import load_head
+from lessonlib.models.mtp import load_mtp
 
 
 def static(branching):
@@ -66,17 +68,20 @@ class Models:
 
 def chain(k):
     """Chain speculative decoding with the separate draft (draft-kl), k drafts per round."""
-    return lambda m, prompt: speculative_generate(m.target, m.draft, prompt, k, m.new_tokens)
+    return lambda m, prompt, temperature=0.0, rng=None: speculative_generate(m.target, m.draft, prompt, k, m.new_tokens,
+                                                                             temperature, rng)
 
 
 def tree_of(kind, rule):
     """Tree decoding with a fresh ``m.drafters[kind]()`` and the drafting rule ``rule``."""
-    return lambda m, prompt: tree_generate(m.target, m.drafters[kind](), prompt, m.new_tokens, rule=rule)
+    return lambda m, prompt, temperature=0.0, rng=None: tree_generate(m.target, m.drafters[kind](), prompt, m.new_tokens,
+                                                                      rule=rule, temperature=temperature, rng=rng)
 
 
-def methods(quick=False, ttt=False):
-    """name -> (family, run). Families are compared at their best setting. On a CPU a verify
-    pass grows with the number of positions, so small trees are in the sweep too."""
+def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
+    """name -> (family, run) for the drafter ``kinds`` present. Families are compared at their
+    best setting. On a CPU a verify pass grows with the number of positions, so small trees are
+    in the sweep too."""
     small, mid = [(2, 1, 1, 1), (2, 2, 1, 1)], [(3, 2, 2)]
     dyn = [(6, 3, 10), (6, 4, 16)] + ([] if quick else [(7, 4, 24)])
     rows = {f"chain draft-kl K={k}": ("chain draft-kl", chain(k)) for k in ((3, 4) if quick else (3, 4, 5, 6))}
@@ -84,19 +89,28 @@ def methods(quick=False, ttt=False):
         rows[f"tree draft-kl {'-'.join(map(str, b))}"] = ("tree draft-kl", tree_of("draft", static(b)))
     for d, k, n in dyn:
         rows[f"tree draft-kl dynamic d{d} k{k} N{n}"] = ("tree draft-kl", tree_of("draft", dynamic(d, k, n)))
-    for b in [(2, 1, 1), (3, 2, 2)]:
-        rows[f"Medusa {'-'.join(map(str, b))}"] = ("Medusa", tree_of("medusa", static(b)))
-    for k in (3, 4):
-        rows[f"EAGLE chain K={k}"] = ("EAGLE chain", tree_of("eagle", static((1,) * k)))
-    for b in small + mid:
-        rows[f"EAGLE tree {'-'.join(map(str, b))}"] = ("EAGLE tree", tree_of("eagle", static(b)))
-    for d, k, n in dyn:
-        rows[f"EAGLE-2 dynamic d{d} k{k} N{n}"] = ("EAGLE-2 dynamic", tree_of("eagle", dynamic(d, k, n)))
-    if ttt:  # the head trained with EAGLE-3's training-time test, same shapes
-        rows["EAGLE+TTT chain K=4"] = ("EAGLE+TTT", tree_of("eagle-ttt", static((1,) * 4)))
-        rows["EAGLE+TTT tree 2-2-1-1"] = ("EAGLE+TTT", tree_of("eagle-ttt", static((2, 2, 1, 1))))
-        for d, k, n in dyn[:2]:
-            rows[f"EAGLE+TTT dynamic d{d} k{k} N{n}"] = ("EAGLE+TTT", tree_of("eagle-ttt", dynamic(d, k, n)))
+    if "medusa" in kinds:
+        rows["Medusa chain K=3"] = ("Medusa chain", tree_of("medusa", static((1, 1, 1))))
+        for b in [(2, 1, 1), (3, 2, 2)]:
+            rows[f"Medusa {'-'.join(map(str, b))}"] = ("Medusa", tree_of("medusa", static(b)))
+    if "eagle" in kinds:
+        for k in (3, 4, 5):
+            rows[f"EAGLE chain K={k}"] = ("EAGLE chain", tree_of("eagle", static((1,) * k)))
+        for b in small + mid:
+            rows[f"EAGLE tree {'-'.join(map(str, b))}"] = ("EAGLE tree", tree_of("eagle", static(b)))
+        for d, k, n in dyn:
+            rows[f"EAGLE-2 dynamic d{d} k{k} N{n}"] = ("EAGLE-2 dynamic", tree_of("eagle", dynamic(d, k, n)))
+    if "eagle3" in kinds:  # fused low/middle/top features, trained with the training-time test
+        for k in (4, 5):
+            rows[f"EAGLE-3 chain K={k}"] = ("EAGLE-3 chain", tree_of("eagle3", static((1,) * k)))
+        rows["EAGLE-3 tree 2-2-1-1"] = ("EAGLE-3 tree", tree_of("eagle3", static((2, 2, 1, 1))))
+        for d, k, n in dyn:
+            rows[f"EAGLE-3 dynamic d{d} k{k} N{n}"] = ("EAGLE-3 tree", tree_of("eagle3", dynamic(d, k, n)))
+    if "mtp" in kinds:  # the target's own MTP modules (self-speculation): depth <= 2
+        rows["MTP chain K=1"] = ("MTP chain", tree_of("mtp", static((1,))))
+        rows["MTP chain K=2"] = ("MTP chain", tree_of("mtp", static((1, 1))))
+        for b in [(2, 1), (3, 1), (2, 2)]:
+            rows[f"MTP tree {'-'.join(map(str, b))}"] = ("MTP tree", tree_of("mtp", static(b)))
     for k in (4, 8, 12):  # draft-free (issue 18): n-gram prompt lookup; the draft only where it finds nothing; lookahead
         rows[f"prompt lookup k={k}"] = ("prompt lookup", lambda m, p, k=k: lookup_generate(m.target, p, m.new_tokens, k=k))
     rows["prompt lookup k=8, else draft-kl K=3"] = ("lookup + draft", lambda m, p: lookup_generate(m.target, p, m.new_tokens, k=8, draft=m.draft))
@@ -106,13 +120,17 @@ def methods(quick=False, ttt=False):
 
 
 def load_models(new_tokens, device="cpu", directory=CHECKPOINTS) -> Models:
+    """The packed target, draft-kl, and a drafter factory per draft kind shipped in ``directory``
+    (the EAGLE-3 head and the MTP modules when present)."""
     target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory)
-    eagle, medusa = load_head("eagle", target, directory), load_head("medusa", target, directory)
-    m = Models(target, draft, new_tokens, {"draft": lambda: ModelDrafter(draft), "eagle": lambda: EagleDrafter(eagle, target),
-                                           "medusa": lambda: MedusaDrafter(medusa, target)})
-    if (pathlib.Path(directory) / "eagle-ttt.safetensors").exists():
-        eagle_ttt = load_head("eagle-ttt", target, directory)
-        m.drafters["eagle-ttt"] = lambda: EagleDrafter(eagle_ttt, target)
+    heads = {kind: load_head(kind, target, directory) for kind in ("eagle", "eagle3", "medusa")
+             if (pathlib.Path(directory) / f"{kind}.safetensors").exists()}
+    m = Models(target, draft, new_tokens, {"draft": lambda: ModelDrafter(draft)})
+    for kind, head in heads.items():
+        m.drafters[kind] = (lambda h=head: MedusaDrafter(h, target)) if kind == "medusa" else (lambda h=head: EagleDrafter(h, target))
+    if (pathlib.Path(directory) / "target-mtp.safetensors").exists():
+        mtp = load_mtp("target-mtp", target, directory)
+        m.drafters["mtp"] = lambda: MTPDrafter(mtp, target)
     return m
 
 
@@ -150,7 +168,7 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
     interleaved per prompt; greedy outputs must equal plain greedy decoding. Returns
     (models, table, {name: [per-prompt stats with measures.compare]})."""
     m = load_models(new_tokens, device, directory)
-    table = table if table is not None else methods(quick, "eagle-ttt" in m.drafters)
+    table = table if table is not None else methods(quick, tuple(m.drafters))
     prompts = common.prompts("code", n_prompts, prompt_len)
     generate(m.target, prompts[0], 8)  # warm-up: first calls allocate
     bar = tqdm(total=n_prompts * repeats, desc="bench tree (plain runs)")
@@ -198,7 +216,8 @@ def _cost_cell(r):
 
 
 def markdown(rows, best, cost, targets):
-    header = ["method", "τ", "speedup", "draft cost / round (target steps)", "r", "nodes", "acceptance by depth", "prompts"]
+    header = ["method", "τ", "speedup", "draft cost / round (target steps)", "r", "measured / forward bound", "nodes",
+              "acceptance by depth", "prompts"]
     table = []
     for r in rows:
         mark = " **(best of family)**" if best.get(r["family"]) is r and r["family"] != "plain" else ""
@@ -206,38 +225,61 @@ def markdown(rows, best, cost, targets):
             or (f"α = {common.cell(r['spread'], 'alpha')}" if "alpha" in r["spread"] else "")
         table.append([r["method"] + mark, common.cell(r["spread"], "tau"), common.cell(r["spread"], "speedup", unit="×"),
                       _cost_cell(r) if r["family"] != "plain" else "", common.cell(r["spread"], "r"),
+                      "" if bound_share(r) is None else f"{bound_share(r):.2f}",
                       f"{r['mean_nodes']:.1f}" if "mean_nodes" in r else "", acc, r["prompts"]])
     lines = [common.markdown_table(header, table), "",
              "Medians over prompts [inter-quartile range]; each method interleaved with plain decoding of the same "
              "prompt, fastest of the repeats. c = draft step / one-token target step; draft cost / round = a round's "
-             "drafting in one-token target steps; r = verify forward / one-token step (all timed in the loops).", ""]
+             "drafting in one-token target steps; r = verify forward / one-token step (all timed in the loops); measured / "
+             "forward bound = median speedup / median of τ / (draft cost + r), the share of what the forwards allow "
+             "that the loop keeps.", ""]
     lines += [common.markdown_table(["new tokens n", "chain forward / 1-token forward (warm)",
                                      "tree forward / 1-token forward (warm)"],
                                     [[c["new_tokens"], f"{c['chain_vs_one_token']:.2f}", f"{c['tree_vs_one_token']:.2f}"]
                                      for c in cost])]
-    lines += ["", "Benchmark targets (issue 6): " + "; ".join(
+    lines += ["", "Benchmark targets (issues 6 and 17): " + "; ".join(
         f"{k}: {'reached' if v['met'] else 'not reached'} ({v['detail']})" for k, v in targets.items())]
     return "\n".join(lines) + "\n"
 
 
+EAGLE_FAMILIES = ("EAGLE chain", "EAGLE tree", "EAGLE-2 dynamic", "EAGLE-3 chain", "EAGLE-3 tree")
+
+
+def bound_share(row) -> float | None:
+    """Measured speedup / forward bound (``measures.forward_bound``): the share of the speedup
+    its forwards allow that the loop keeps (None where no bound was measured)."""
+    bound = row["spread"].get("forward_bound")
+    return row["speedup"] / bound["median"] if bound else None
+
+
 def check_targets(rows, best):
-    """Issue 6's two targets. tau: the highest-tau tree with draft-kl against the chain with
-    draft-kl at its best speedup (and, stricter, at its highest tau). Speedup: the best EAGLE
-    tree row against the best chain row."""
+    """The tree benchmark's targets (issues 6 and 17, T = 0). tau: the highest-tau tree with
+    draft-kl against the chain with draft-kl at its best speedup. Speedups: the chain with
+    draft-kl, the best row of the EAGLE family (EAGLE, EAGLE-2 dynamic, EAGLE-3) alone and
+    against the best chain, the target's own MTP modules; measured / forward bound on every row."""
     chain_best = best["chain draft-kl"]
-    chain_max_tau = max((r for r in rows if r["family"] == "chain draft-kl"), key=lambda r: r["tau"])
     tree_max_tau = max((r for r in rows if r["family"] == "tree draft-kl"), key=lambda r: r["tau"])
-    eagle = max((r for r in rows if r["family"] in ("EAGLE tree", "EAGLE-2 dynamic", "EAGLE+TTT") and "chain" not in r["method"]),
-                key=lambda r: r["speedup"])
-    return {
+    eagle = max((r for r in rows if r["family"] in EAGLE_FAMILIES), key=lambda r: r["speedup"])
+    out = {
         "best tree tau >= chain tau + 0.5 (same draft)": {
             "met": tree_max_tau["tau"] >= chain_best["tau"] + 0.5,
-            "detail": f"{tree_max_tau['method']} tau {tree_max_tau['tau']:.2f} vs {chain_best['method']} {chain_best['tau']:.2f} "
-                      f"(highest-tau chain {chain_max_tau['method']} {chain_max_tau['tau']:.2f})"},
-        "EAGLE tree speedup >= best chain speedup": {
-            "met": eagle["speedup"] >= chain_best["speedup"],
-            "detail": f"{eagle['method']} {eagle['speedup']:.2f}× vs {chain_best['method']} {chain_best['speedup']:.2f}×"},
+            "detail": f"{tree_max_tau['method']} tau {tree_max_tau['tau']:.2f} vs {chain_best['method']} {chain_best['tau']:.2f}"},
+        "chain draft-kl >= 2.0x": {"met": chain_best["speedup"] >= 2.0,
+                                   "detail": f"{chain_best['method']} {chain_best['speedup']:.2f}×"},
+        "best EAGLE family >= 2.5x and >= 1.15 x best chain": {
+            "met": eagle["speedup"] >= 2.5 and eagle["speedup"] >= 1.15 * chain_best["speedup"],
+            "detail": f"{eagle['method']} {eagle['speedup']:.2f}× vs {chain_best['method']} {chain_best['speedup']:.2f}× "
+                      f"(ratio {eagle['speedup'] / chain_best['speedup']:.2f})"},
     }
+    mtp = [r for r in rows if r["family"] in ("MTP chain", "MTP tree")]
+    if mtp:
+        top = max(mtp, key=lambda r: r["speedup"])
+        out["MTP self-speculation >= 1.6x"] = {"met": top["speedup"] >= 1.6, "detail": f"{top['method']} {top['speedup']:.2f}×"}
+    shares = [(bound_share(r), r["method"]) for r in rows if bound_share(r) is not None]
+    low = min(shares)
+    out["measured / forward bound >= 0.9 on every row"] = {
+        "met": low[0] >= 0.9, "detail": f"lowest {low[0]:.2f} ({low[1]}); {sum(v < 0.9 for v, _ in shares)} of {len(shares)} rows below 0.9"}
+    return out
 
 
 def main(argv=None):
@@ -250,9 +292,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
                         help="time every run this many times, keep the fastest")
     parser.add_argument("--out", type=pathlib.Path, default=None)
-    args = parser.parse_args(argv)
-    if args.prompts < measures.MIN_PROMPTS:
-        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    args = common.parse(parser, argv)
     started = time.time()
     n_threads = threads.apply()
     m, table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.quick, args.device, repeats=args.repeats)

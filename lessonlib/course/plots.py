@@ -170,6 +170,24 @@ def draft_tree(parents, labels, accepted=(), ax=None, title: str | None = None, 
     return ax
 
 
+def kinds_speedups(rows, ax=None):
+    """Wall-clock speedup of every draft kind's chain and tree at T = 0 and T = 1 (``bench.kinds``
+    rows), with the inter-quartile range over prompts as error bars."""
+    ax = _axes(ax, (9, 3.4))
+    settings = [(r["kind"], r["shape"], r["method"]) for r in rows if r["kind"] != "plain" and r["temperature"] == 0]
+    x = np.arange(len(settings))
+    for offset, t, color in ((-0.2, 0.0, "tab:blue"), (0.2, 1.0, "tab:orange")):
+        cells = [next(r for r in rows if r["method"] == m and r["temperature"] == t)["spread"]["speedup"] for _, _, m in settings]
+        med = np.array([s["median"] for s in cells])
+        err = np.array([[m - s["q25"] for m, s in zip(med, cells)], [s["q75"] - m for m, s in zip(med, cells)]])
+        ax.bar(x + offset, med, 0.4, yerr=err, capsize=2, label=f"T = {t:g}", color=color)
+    ax.axhline(1, color="0.5", lw=0.8, ls="--")
+    ax.set_xticks(x, [m for _, _, m in settings], rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over plain")
+    ax.legend(frameon=False, fontsize=8)
+    return ax
+
+
 def tree_benchmark(rows, ax=None):
     """Measured tau and wall-clock speedup of each method family (best setting), side by side."""
     ax = _axes(ax, (8, 3.4))

@@ -77,10 +77,11 @@ def scaled_name(name: str, scale: str = "cpu") -> str:
 
 
 def rebuild_command(name: str) -> str:
-    if name.startswith(("eagle", "medusa")):
+    if name.startswith(("eagle", "medusa")):  # the shipped heads train together on one target forward per batch
         kind, _, suffix = name.partition("-")
-        ttt = " --ttt 3" if suffix == "ttt" else ""
-        return f"python -m lessonlib.models.train_heads {kind}{ttt}" + (f" --suffix=-{suffix}" if suffix else "")
+        return f"python -m lessonlib.models.train_heads {kind if suffix else 'all'}" + (f" --suffix=-{suffix}" if suffix else "")
+    if name.endswith("-mtp"):  # MTP modules train with their target and ship beside it
+        return rebuild_command(name.removesuffix("-mtp"))
     if name.endswith("-gpu"):
         return f"python -m lessonlib.models.train {name.removesuffix('-gpu')} --scale gpu"
     return f"python -m lessonlib.models.train {name}"

@@ -13,7 +13,7 @@ return_hidden=True)``); ``target.lm_head(h_s)`` gives the target's distribution 
   x_{s+2+k} through the target's LM head. No recurrence, so depth k never sees the drafted
   tokens before it.
 
-Training is in ``train_heads`` (``python -m lessonlib.models.train_heads both``); it writes
+Training is in ``train_heads`` (``python -m lessonlib.models.train_heads all``); it writes
 ``lessonlib/assets/{eagle,medusa}.safetensors`` + JSON (config, target, held-out top-1
 agreement with the target by depth, training time).
 """

@@ -29,11 +29,11 @@ from lessonlib.models.steps import autocast, optimizer_step  # noqa: F401 (re-ex
 from lessonlib.models import (CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, load_state, read_meta,
                               round_trip, save, scaled_name)
 
-TARGET_CONFIG = GPTConfig(n_layer=8, n_head=8, n_embd=256, block_size=256)
-# Target v2 (issue 17): deep and narrow, so that on a CPU -- where a step costs per layer --
+# The target is deep and narrow (issue 17), so that on a CPU -- where a step costs per layer --
 # a one-layer draft or head costs a few percent of a step, as a 1-layer head does beside a
-# 7B-70B model on a GPU. Chosen with ``python -m lessonlib.bench shapes`` (outputs/benchmarks/shapes.md).
-TARGET_V2_CONFIG = GPTConfig(n_layer=24, n_head=5, n_embd=160, block_size=256)
+# 7B-70B model on a GPU. Chosen with ``python -m lessonlib.bench shapes`` (outputs/benchmarks/shapes.md);
+# the first course's 8 x 256 target gave a one-layer head 1/8 of a step or more.
+TARGET_CONFIG = GPTConfig(n_layer=24, n_head=5, n_embd=160, block_size=256)
 MTP_DEPTH = 2  # DeepSeek-V3 trains D = 1; two modules let the target draft two tokens for itself
 # One layer: a draft step is dispatch-bound on a CPU, so its cost follows the number of layers,
 # not the width (measured in the decoding loop: 0.164 ms for 1 x 128, 0.275 ms for 2 x 128)
@@ -41,7 +41,7 @@ DRAFT_CONFIG = GPTConfig(n_layer=1, n_head=4, n_embd=128, block_size=256)
 MINI_CONFIG = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=64)
 # The GPU-scale switch: the same recipes at a size one GPU trains in minutes.
 GPU_CONFIGS = {
-    TARGET_CONFIG: GPTConfig(n_layer=12, n_head=8, n_embd=512, block_size=256),  # ~39 M parameters
+    TARGET_CONFIG: GPTConfig(n_layer=24, n_head=8, n_embd=384, block_size=256),  # ~44 M parameters, as deep
     DRAFT_CONFIG: GPTConfig(n_layer=2, n_head=4, n_embd=256, block_size=256),    # ~2.1 M parameters
 }
 SCALES = ("cpu", "gpu")
@@ -244,20 +244,16 @@ def git_revision() -> str:
 
 RECIPES = {
     # name: (config, peak lr, batch, kind, teacher, initial weights)
-    "target": (TARGET_CONFIG, 1.5e-3, 32, "ce", None, None),
+    # trained with MTP modules (lessonlib.models.mtp), saved beside it as target-mtp
+    "target": (TARGET_CONFIG, 1.5e-3, 32, "mtp", None, None),
     # draft-ce and draft-kl share a base and differ only in the objective of their last steps,
     # so the comparison of their alphas is not confounded by how many tokens each has seen
     "draft-base": (DRAFT_CONFIG, 3e-3, 32, "ce", None, None),
     "draft-ce": (DRAFT_CONFIG, 1e-3, 32, "ce", None, "draft-base"),
     "draft-kl": (DRAFT_CONFIG, 1e-3, 32, "fkl", "target", "draft-base"),
     "mini": (MINI_CONFIG, 3e-3, 8, "ce", None, None),
-    # trained with MTP modules (lessonlib.models.mtp), saved beside it as target-v2-mtp
-    "target-v2": (TARGET_V2_CONFIG, 1.5e-3, 32, "mtp", None, None),
-    # the distilled draft for target v2 (draft-base and draft-ce learn from text alone: no target to change)
-    "draft-kl-v2": (DRAFT_CONFIG, 1e-3, 32, "fkl", "target-v2", "draft-base"),
 }
-DEFAULT_STEPS = {"target": 1800, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50, "target-v2": 2400,
-                 "draft-kl-v2": 500}
+DEFAULT_STEPS = {"target": 2400, "draft-base": 1500, "draft-ce": 500, "draft-kl": 500, "mini": 50}
 
 
 def recipe(name: str, scale: str = "cpu"):

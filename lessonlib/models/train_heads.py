@@ -1,8 +1,8 @@
-"""Train the EAGLE head and Medusa heads on the frozen shipped target:
+"""Train the EAGLE head, the EAGLE-3 head and Medusa heads on the frozen shipped target:
 
-    python -m lessonlib.models.train_heads both
-    python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE-3's training-time test
-    python -m lessonlib.models.train_heads eagle3 --target target-v2 --suffix=-v2   # heads for target v2
+    python -m lessonlib.models.train_heads both    # EAGLE and Medusa
+    python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE with the training-time test alone
+    python -m lessonlib.models.train_heads all     # EAGLE, EAGLE-3 and Medusa on one target forward per batch
 
 Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
 the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
@@ -23,14 +23,20 @@ from lessonlib.models.heads import build, eagle3_losses, eagle_losses, medusa_lo
 from lessonlib.models.steps import autocast, optimizer_step
 from lessonlib.models.train import distillation_loss, fit, run_metadata
 
+EAGLE3_TTT = 3  # EAGLE-3's training-time test unrolls the head this many steps on its own outputs
+KINDS = {"eagle": ("eagle",), "eagle3": ("eagle3",), "medusa": ("medusa",), "both": ("eagle", "medusa"),
+         "all": ("eagle", "eagle3", "medusa")}
+
 
 class Trainee(nn.Module):
     """The heads trained together on one target forward per batch (the forward dominates the
     cost, so training EAGLE and Medusa at once halves it)."""
 
-    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1):
+    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT):
         super().__init__()
-        self.config, self.ttt_steps = config, ttt_steps
+        if eagle3_ttt < 2:
+            raise ValueError(f"eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), got {eagle3_ttt!r}")
+        self.config, self.ttt_steps, self.eagle3_ttt = config, ttt_steps, eagle3_ttt
         self.heads = nn.ModuleDict({kind: build(kind, config, n_heads) for kind in kinds})
 
     @property
@@ -50,7 +56,7 @@ class Trainee(nn.Module):
             if kind == "eagle":
                 out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps)
             elif kind == "eagle3":  # EAGLE-3 always trains with the training-time test
-                out[kind] = eagle3_losses(head, target, x, t_logits, fused, max(self.ttt_steps, 2))
+                out[kind] = eagle3_losses(head, target, x, t_logits, fused, self.eagle3_ttt)
             else:
                 out[kind] = medusa_losses(head, target, t_logits, h)
         return out
@@ -73,10 +79,11 @@ def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=
     starts = np.random.default_rng(seed).integers(0, len(tokens) - T - 1, size=n_windows)
     x = torch.from_numpy(np.stack([tokens[s : s + T] for s in starts])).to(target.device)
     model.eval()
-    ttt, model.ttt_steps = model.ttt_steps, eagle_depths
+    unrolls = model.ttt_steps, model.eagle3_ttt
+    model.ttt_steps = model.eagle3_ttt = eagle_depths
     with autocast(target.device):
         agree = {kind: [round(float(a), 4) for a in v[1]] for kind, v in model.losses(target, x).items()}
-    model.ttt_steps = ttt
+    model.ttt_steps, model.eagle3_ttt = unrolls
     return agree
 
 
@@ -106,7 +113,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
             "target": target_name,
             "config": dataclasses.asdict(target.config),
             "n_heads": n_heads if kind == "medusa" else None,
-            "ttt_steps": ttt_steps if kind == "eagle" else None,
+            "ttt_steps": {"eagle": ttt_steps, "eagle3": model.eagle3_ttt}.get(kind),
             "trained_with": list(kinds),
             "params": sum(p.numel() for p in head.parameters()),
             **run_metadata(state, steps, batch_size, target.device, seed, before[kind]),
@@ -118,7 +125,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["eagle", "eagle3", "medusa", "both"])
+    parser.add_argument("kind", choices=list(KINDS), help="both = EAGLE + Medusa; all = EAGLE + EAGLE-3 + Medusa")
     parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     parser.add_argument("--ttt", type=int, default=1, help="EAGLE-3 training-time test: unroll steps (1 = off)")
@@ -126,12 +133,12 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--suffix", default="", help="checkpoint name suffix, e.g. -ttt")
-    parser.add_argument("--target", default="target", help="the frozen target the heads read, e.g. target-v2")
+    parser.add_argument("--target", default="target", help="the frozen target the heads read")
     parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
-    kinds = ("eagle", "medusa") if args.kind == "both" else (args.kind,)
+    kinds = KINDS[args.kind]
     started = time.time()
     metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed, args.device,
                         target_name=args.target, suffix=args.suffix, resume=args.resume)
