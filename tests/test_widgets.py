@@ -104,3 +104,38 @@ def test_tree_explorer_shows_the_chosen_measurement():
     first = text.value
     choice.value = choice.options[-1]
     assert text.value != first and choice.options[-1] in text.value
+
+
+def test_live_view_changes_widgets_only_after_the_figure_is_rasterised(monkeypatch):
+    """The text must never show a new value over the old figure: the PNG is made before any widget
+    changes, the image goes out before the text, and a render without a figure hides the image."""
+    from matplotlib.figure import Figure
+    import ipywidgets as w
+
+    events = []
+    real_png = widgets.figure_png
+    monkeypatch.setattr(widgets, "figure_png", lambda fig: (events.append("png"), real_png(fig))[1])
+
+    def render(x):
+        if x == 2:
+            return "no figure at 2", None
+        fig = Figure(figsize=(2, 1))
+        fig.subplots().plot([0, x])
+        return f"x = {x}", fig
+
+    slider = w.IntSlider(value=0, min=0, max=2)
+    box = widgets.live_view(render, {"x": slider})
+    _, text, image = box.children
+    text.observe(lambda ch: events.append("text"), names="value")
+    image.observe(lambda ch: events.append("image"), names="value")
+    image.layout.observe(lambda ch: events.append(f"display {ch['new']}"), names="display")
+    first = bytes(image.value)
+    events.clear()
+    slider.value = 1
+    assert events == ["png", "image", "text"] and "x = 1" in text.value and bytes(image.value) != first
+    events.clear()
+    slider.value = 2
+    assert events == ["display none", "text"] and "no figure at 2" in text.value
+    events.clear()
+    slider.value = 0
+    assert events == ["png", "image", "display None", "text"] and bytes(image.value) == first

@@ -36,12 +36,17 @@ def live_view(render, controls: dict, figure: bool = True):
     image = w.Image(format="png") if figure else None
 
     def update(_=None):
+        # Everything slow (the render, rasterising the figure) happens before any widget changes,
+        # and the image goes out before the text: a student (or the browser test) who sees the new
+        # text also has the new figure, never the new text over the old figure for the length of a
+        # savefig on a busy CPU (found by the browser test).
         message, fig = render(**{name: control.value for name, control in controls.items()})
-        text.value = f"<pre style='white-space: pre-wrap; margin: 0'>{html.escape(message)}</pre>"
+        png = figure_png(fig) if image is not None and fig is not None else None
         if image is not None:
-            image.layout.display = "none" if fig is None else None
-            if fig is not None:
-                image.value = figure_png(fig)
+            if png is not None:
+                image.value = png
+            image.layout.display = "none" if png is None else None
+        text.value = f"<pre style='white-space: pre-wrap; margin: 0'>{html.escape(message)}</pre>"
 
     for control in controls.values():
         control.observe(update, names="value")
