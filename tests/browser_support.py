@@ -350,19 +350,22 @@ def open_lab(browser, lab: Lab):
     return page
 
 
-def run_notebook(page, path: str) -> dict:
-    """Open `path` (relative to the served root), run all cells, wait for the kernel to go idle
-    and for widgets/images to render; return the open/run results and a per-cell report."""
+def run_notebook(page, path: str, run: bool = True) -> dict:
+    """Open `path` (relative to the served root), run all cells (with ``run``; otherwise keep the
+    stored outputs), wait for the kernel to go idle and for widgets/images to render; return the
+    open/run results and a per-cell report."""
     opened = page.evaluate(_OPEN_JS, [path, OPEN_TIMEOUT_S * 1000])
     if not (opened["ready"] and opened["kernel"]):  # nothing to run; the report says why
         return {"opened": opened, "ran": {"result": "not started", "status": None},
                 "dialogs": page.locator(".jp-Dialog").all_inner_texts(),
                 "cells": page.evaluate(_REPORT_JS)}
-    ran = page.evaluate(_RUN_ALL_JS, RUN_ALL_TIMEOUT_S * 1000)
+    ran = page.evaluate(_RUN_ALL_JS, RUN_ALL_TIMEOUT_S * 1000) if run else {"result": "stored", "status": None}
     deadline = time.monotonic() + RENDER_TIMEOUT_S
     while page.evaluate(_PENDING_JS) and time.monotonic() < deadline:
         page.wait_for_timeout(250)
     page.wait_for_timeout(300)  # let late widget views attach before reading the DOM
+    # and until every figure in the model is an <img> in the page (stored outputs render lazily)
+    _poll(page, lambda: all(c["images"] >= c["modelImages"] for c in page.evaluate(_REPORT_JS)), RENDER_TIMEOUT_S, 250)
     dialogs = page.locator(".jp-Dialog").all_inner_texts()
     return {"opened": opened, "ran": ran, "dialogs": dialogs, "cells": page.evaluate(_REPORT_JS)}
 

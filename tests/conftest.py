@@ -12,11 +12,20 @@ the environment is kept: an instructor refreshing the shipped files runs
 **Per-test time limits** (pytest-timeout): a library test that hangs fails after
 ``LIBRARY_TIMEOUT_S`` seconds (``LESSONLIB_TEST_TIMEOUT`` overrides it: the mutation run uses
 a tighter one). Notebook cells and the browser test keep the generous limit of pyproject.toml,
-and a test that sets its own ``@pytest.mark.timeout`` keeps it."""
+and a test that sets its own ``@pytest.mark.timeout`` keeps it.
+
+**The working tree is checked at the end.** ``git status --porcelain --untracked-files=all`` is
+read when the session starts and again when it ends; any difference fails the run with the
+changed paths listed. That covers every test and every notebook nbval executes (notebook 05
+writes the skill file: when its cells ran and passed, the run also checks that the file and
+``benchmarks/temperature.json`` did arrive in the temporary folder). Outside a git checkout
+(or without git), or with ``LESSONLIB_OUTPUTS`` inside the repository, the check is skipped.
+``tests/test_layout.py`` runs a small session in a throwaway repository to show it fails."""
 import atexit
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -28,10 +37,60 @@ if not os.environ.get("LESSONLIB_OUTPUTS"):
 
 LIBRARY_TIMEOUT_S = float(os.environ.get("LESSONLIB_TEST_TIMEOUT", 300))  # the slowest library test takes ~10 s
 HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+WRITER = "solutions/05_high_temperature.ipynb"  # the notebook that writes files
+WRITTEN = ("benchmarks/temperature.json", "skill-speculative-tuning.md")
+_SESSION = {"before": None, "writer_cells": set(), "writer_passed": set()}
 
 
 def pytest_collection_modifyitems(config, items):
+    _SESSION["writer_cells"] = {item.nodeid for item in items if item.nodeid.startswith(WRITER + "::")}
     for item in items:
         in_tests = HERE in pathlib.Path(str(item.path)).resolve().parents
         if in_tests and item.get_closest_marker("timeout") is None and item.get_closest_marker("browser") is None:
             item.add_marker(pytest.mark.timeout(LIBRARY_TIMEOUT_S))
+
+
+def git_status() -> str | None:
+    """The working tree's state, or None outside a git checkout."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        return None
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def refreshing_shipped_outputs() -> bool:
+    """LESSONLIB_OUTPUTS points into the repository: the run rewrites outputs/ on purpose."""
+    outputs = pathlib.Path(os.environ["LESSONLIB_OUTPUTS"]).resolve()
+    return outputs == REPO or REPO in outputs.parents
+
+
+def pytest_sessionstart(session):
+    _SESSION["before"] = None if refreshing_shipped_outputs() else git_status()
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.passed and report.nodeid.startswith(WRITER + "::"):
+        _SESSION["writer_passed"].add(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    problems = []
+    if _SESSION["before"] is not None:
+        before, after = _SESSION["before"], git_status()
+        if after != before:
+            changed = sorted(set(after.splitlines()) ^ set(before.splitlines()))
+            problems.append("running the tests changed the working tree (git status --porcelain):\n  "
+                            + "\n  ".join(changed))
+    outputs = pathlib.Path(os.environ["LESSONLIB_OUTPUTS"]).resolve()
+    whole_writer_ran = _SESSION["writer_cells"] and _SESSION["writer_passed"] == _SESSION["writer_cells"]
+    if whole_writer_ran and not refreshing_shipped_outputs():
+        missing = [name for name in WRITTEN if not (outputs / name).exists()]
+        if missing:
+            problems.append(f"{WRITER} ran but wrote no {missing} under LESSONLIB_OUTPUTS = {outputs}")
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for problem in problems:
+            if reporter is not None:
+                reporter.write_line(f"ERROR: {problem}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

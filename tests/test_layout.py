@@ -97,3 +97,28 @@ def test_modules_and_functions_stay_short(path):
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(ast.parse("\n".join(lines)))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{dotted(path)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+@pytest.mark.parametrize("stray", [False, True])
+def test_a_test_run_that_changes_the_working_tree_fails(tmp_path, stray):
+    """tests/conftest.py compares `git status` at the start and the end of a session: run a small
+    session with it in a throwaway repository, once with a test that leaves a file behind."""
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    (tmp_path / "tests").mkdir()
+    shutil.copy(PACKAGE.parent / "tests" / "conftest.py", tmp_path / "tests" / "conftest.py")
+    body = "(pathlib.Path(__file__).parent.parent / 'stray.txt').write_text('x')" if stray else "pass"
+    (tmp_path / "tests" / "test_one.py").write_text(f"import pathlib\n\n\ndef test_one():\n    {body}\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
+        subprocess.run(git + args, cwd=tmp_path, check=True, capture_output=True)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LESSONLIB_OUTPUTS"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "-p", "no:nbval"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env)
+    if stray:
+        assert run.returncode == 1 and "1 passed" in run.stdout, run.stdout + run.stderr
+        assert "changed the working tree" in run.stdout and "?? stray.txt" in run.stdout
+    else:
+        assert run.returncode == 0 and "changed the working tree" not in run.stdout, run.stdout + run.stderr

@@ -350,13 +350,17 @@ def test_built_skill_file_arithmetic_is_right(forward_cost, full):
     text = skill.build_skill(m)
     check_skill_arithmetic(text)
     # the procedure warns where its inputs are optimistic, and states its K cap
-    assert "A warm c understates the in-loop c" in text
+    assert "A warm c is not the c decoding pays" in text
     assert "Teacher-forced α overstates a deterministic draft's α on generated text" in text
     assert "K is searched over 1..64" in text
     if full:
         assert "c = 0.120 in the decoding loop, warm c = 0.090" in text
+        assert "the warm c came out below the in-loop c (0.090 against 0.120)" in text
+        m["c_warm"] = {d: 0.15 for d in m["c_warm"]}  # the other way round is said the other way
+        assert "the warm c came out above the in-loop c (0.150 against 0.120)" in skill.build_skill(m)
         assert "median [IQR] over 5 prompts" in text and "1.30× [1.20, 1.40]" in text
     else:
+        assert "speedups it predicts are unchecked" in text
         assert "warm c = 0.120" in text and "an example, not a median" not in text  # no wall-clock rows
 
 
