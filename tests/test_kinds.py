@@ -130,3 +130,21 @@ def test_kinds_rows_price_a_tree_loop_chain_per_step():
     eagle = next(r for r in rows if r["kind"] == "EAGLE")
     assert eagle["draft_cost_per_round"] == pytest.approx(0.4) and eagle["c_per_step"] == pytest.approx(0.1)
     assert eagle["greedy_identical"] is True
+
+
+def test_draft_cost_is_per_step_for_a_chain_and_per_round_for_a_tree():
+    assert kinds.draft_cost({"shape": "chain", "c": 0.05, "c_per_step": 0.9}) == (0.05, "step")  # measured c first
+    assert kinds.draft_cost({"shape": "chain", "c": None, "c_per_step": 0.118}) == (0.118, "step")
+    assert kinds.draft_cost({"shape": "tree", "draft_cost_per_round": 0.73, "c": 0.05}) == (0.73, "round")
+    assert kinds.draft_cost_text({"shape": "chain", "c": 0.0467}) == "c 0.047"
+    assert kinds.draft_cost_text({"shape": "tree", "draft_cost_per_round": 0.7312}) == "0.73 / round"
+    with pytest.raises(ValueError, match="neither c nor c_per_step"):
+        kinds.draft_cost({"shape": "chain", "method": "x"})
+
+
+def test_a_rounds_drafting_cost_is_k_c_for_a_chain_and_measured_for_a_tree():
+    assert tree.draft_cost_per_round({"family": "chain draft-kl", "k": 4, "c": 0.05}) == pytest.approx(0.2)
+    assert tree.draft_cost_per_round({"family": "EAGLE tree", "draft_cost_per_round": 0.6, "k": 4, "c": 0.05}) == 0.6
+    assert tree.draft_cost_per_round({"family": "plain", "method": "plain"}) == 0.0
+    with pytest.raises(ValueError, match="neither draft_cost_per_round nor c and k"):
+        tree.draft_cost_per_round({"family": "chain draft-kl", "method": "chain", "c": 0.05})

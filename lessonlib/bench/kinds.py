@@ -152,6 +152,23 @@ def rows_of(table, picks, results, n_threads=None) -> list[dict]:
     return out
 
 
+def draft_cost(row: dict) -> tuple[float, str]:
+    """A kinds row's drafting cost in one-token target steps: ``(c, "step")`` for a chain (its
+    measured c, else its round's cost / K) and ``(cost, "round")`` for a tree."""
+    if row["shape"] == "chain":
+        c = row.get("c") if row.get("c") is not None else row.get("c_per_step")
+        if c is None:
+            raise ValueError(f"chain row {row.get('method')!r} has neither c nor c_per_step")
+        return c, "step"
+    return row["draft_cost_per_round"], "round"
+
+
+def draft_cost_text(row: dict) -> str:
+    """``draft_cost`` as the table prints it: "c 0.046" for a chain, "0.73 / round" for a tree."""
+    value, per = draft_cost(row)
+    return f"c {value:.3f}" if per == "step" else f"{value:.2f} / round"
+
+
 def markdown(rows, costs, overhead) -> str:
     header = ["draft kind", "trained (where, when)", "training (CPU min, tokens)", "params", "setting", "α depth 1",
               "acceptance by depth", "τ", "c (per draft step)", "speedup T = 0", "speedup T = 1", "greedy = plain"]
@@ -169,8 +186,7 @@ def markdown(rows, costs, overhead) -> str:
             zero, one = at.get(0.0), at.get(1.0)
             acc = zero.get("acceptance_by_depth") or []
             alpha1 = f"{acc[0]:.2f}" if acc and acc[0] is not None else common.cell(zero["spread"], "alpha")
-            c = common.cell(zero["spread"], "c", 3) if "c" in zero["spread"] else (
-                f"{zero['c_per_step']:.3f}" if "c_per_step" in zero else f"{zero['draft_cost_per_round']:.2f} / round")
+            c = common.cell(zero["spread"], "c", 3) if "c" in zero["spread"] else draft_cost_text(zero).removeprefix("c ")
             table.append([kind if shape == "chain" else "", f"{cost['how']}; {'/'.join(cost['devices'])}" if shape == "chain" else "",
                           f"{minutes} min, {cost['tokens'] / 1e6:.1f} M tokens{shared}" if shape == "chain" else "",
                           f"{cost['params'] / 1e6:.2f} M" if shape == "chain" else "", zero["method"], alpha1,

@@ -209,9 +209,21 @@ def summarise(table, results, n_threads=None):
     return rows, best
 
 
+def draft_cost_per_round(row: dict) -> float:
+    """One round's drafting in one-token target steps: K·c for a chain (its c is per step), the
+    measured whole-round cost for a tree or a draft-free method; 0 for plain decoding."""
+    if row.get("draft_cost_per_round") is not None:
+        return row["draft_cost_per_round"]
+    if row.get("c") is not None and row.get("k"):
+        return row["k"] * row["c"]
+    if row.get("family", "plain") == "plain":
+        return 0.0
+    raise ValueError(f"row {row.get('method')!r} has neither draft_cost_per_round nor c and k")
+
+
 def _cost_cell(r):
     if "c" in r["spread"] and r.get("k"):
-        return f"K·c = {r['k'] * r['c']:.2f} (c {common.cell(r['spread'], 'c', 3)})"
+        return f"K·c = {draft_cost_per_round(r):.2f} (c {common.cell(r['spread'], 'c', 3)})"
     return common.cell(r["spread"], "draft_cost_per_round")
 
 
