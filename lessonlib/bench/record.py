@@ -99,7 +99,8 @@ def markdown(rows) -> str:
              "measured while decoding; c = draft step / one-token target step, draft cost / round = a round's drafting / "
              "one-token step (K c for a chain), r = verify forward / one-token step, all timed in the decoding loops; speedup = plain s/token / method s/token on the same "
              "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
-             "its best K; record.json holds every K.", "", common.markdown_table(header, table), "",
+             "its best K; record.json holds every K. A method two benchmarks measured appears once per source: they are "
+             "separate runs, which on this machine can differ by more than their IQRs, so quote a row with its source.", "", common.markdown_table(header, table), "",
              "Machine: " + "; ".join(sorted(machines))]
     return "\n".join(lines) + "\n"
 
