@@ -137,6 +137,7 @@ def test_draft_cost_is_per_step_for_a_chain_and_per_round_for_a_tree():
     assert kinds.draft_cost({"shape": "chain", "c": None, "c_per_step": 0.118}) == (0.118, "step")
     assert kinds.draft_cost({"shape": "tree", "draft_cost_per_round": 0.73, "c": 0.05}) == (0.73, "round")
     assert kinds.draft_cost_text({"shape": "chain", "c": 0.0467}) == "c 0.047"
+    assert kinds.draft_cost_text({"shape": "chain", "c": 0.0467}, label="") == "0.047"  # the column says c
     assert kinds.draft_cost_text({"shape": "tree", "draft_cost_per_round": 0.7312}) == "0.73 / round"
     with pytest.raises(ValueError, match="neither c nor c_per_step"):
         kinds.draft_cost({"shape": "chain", "method": "x"})

@@ -163,10 +163,11 @@ def draft_cost(row: dict) -> tuple[float, str]:
     return row["draft_cost_per_round"], "round"
 
 
-def draft_cost_text(row: dict) -> str:
-    """``draft_cost`` as the table prints it: "c 0.046" for a chain, "0.73 / round" for a tree."""
+def draft_cost_text(row: dict, label: str = "c ") -> str:
+    """``draft_cost`` as the tables print it: "c 0.046" for a chain (``label`` before the
+    number; "" where the column already says c), "0.73 / round" for a tree."""
     value, per = draft_cost(row)
-    return f"c {value:.3f}" if per == "step" else f"{value:.2f} / round"
+    return f"{label}{value:.3f}" if per == "step" else f"{value:.2f} / round"
 
 
 def markdown(rows, costs, overhead) -> str:
@@ -186,7 +187,7 @@ def markdown(rows, costs, overhead) -> str:
             zero, one = at.get(0.0), at.get(1.0)
             acc = zero.get("acceptance_by_depth") or []
             alpha1 = f"{acc[0]:.2f}" if acc and acc[0] is not None else common.cell(zero["spread"], "alpha")
-            c = common.cell(zero["spread"], "c", 3) if "c" in zero["spread"] else draft_cost_text(zero).removeprefix("c ")
+            c = common.cell(zero["spread"], "c", 3) if "c" in zero["spread"] else draft_cost_text(zero, label="")
             table.append([kind if shape == "chain" else "", f"{cost['how']}; {'/'.join(cost['devices'])}" if shape == "chain" else "",
                           f"{minutes} min, {cost['tokens'] / 1e6:.1f} M tokens{shared}" if shape == "chain" else "",
                           f"{cost['params'] / 1e6:.2f} M" if shape == "chain" else "", zero["method"], alpha1,

@@ -128,7 +128,8 @@ def main(argv=None):
     parser.add_argument("kind", choices=list(KINDS), help="both = EAGLE + Medusa; all = EAGLE + EAGLE-3 + Medusa")
     parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    parser.add_argument("--ttt", type=int, default=1, help="EAGLE-3 training-time test: unroll steps (1 = off)")
+    parser.add_argument("--ttt", type=int, default=1,
+                        help="the EAGLE head's training-time test: unroll steps (1 = off; EAGLE-3 always unrolls EAGLE3_TTT)")
     parser.add_argument("--heads", type=int, default=4, help="number of Medusa heads")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
