@@ -60,6 +60,7 @@ def using(n: int):
     measure both settings this way)."""
     import torch
 
+    # an inline check, not core.validate.check_int: core reads this module, so importing core here is a cycle
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     before = torch.get_num_threads()

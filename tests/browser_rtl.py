@@ -37,7 +37,8 @@ _BIDI_JS = r"""async () => {
     const inline = rtl.flatMap(d => [...d.querySelectorAll('code')]).filter(c => !c.closest('pre'));
     const maths = rtl.flatMap(d => [...d.querySelectorAll('mjx-container:not([display="true"]) > mjx-math')]);
     report.push({index, type: 'markdown', rendered: !!md, rtlBlocks: rtl.length, blocks: blocks.map(dir),
-      prose: letters ? {text: letters.data.trim().slice(0, 30), rtlOrder: box(letters, at).right > box(letters, at + 1).right} : null,
+      prose: letters ? {text: letters.data.trim().slice(0, 30),
+                        rtlOrder: box(letters, at).right > box(letters, at + 1).right} : null,
       code: inline.map(c => { const t = texts(c), f = t[0], l = t[t.length - 1];
         return {text: c.textContent, dir: dir(c), ltrOrder: order(box(f, 0), box(l, l.data.length - 1))}; }),
       math: maths.map(x => { const k = [...x.children].map(e => e.getBoundingClientRect());

@@ -26,6 +26,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -41,6 +42,24 @@ REPO = HERE.parent
 WRITER = "solutions/05_high_temperature.ipynb"  # the notebook that writes files
 WRITTEN = ("benchmarks/temperature.json", "skill-speculative-tuning.md")
 _SESSION = {"before": None, "writer_cells": set(), "writer_passed": set()}
+
+# The test folders are packages (tests/__init__.py and one in each subfolder), so two test files
+# of the same name in different folders do not clash: tests/core/test_tree.py is tests.core.test_tree.
+# pytest then puts the repository root on sys.path, not tests/; the helper modules beside this
+# file (loop_support, browser_support, browser_rtl) are imported by name from every folder, so
+# tests/ goes on sys.path too, before any test module is imported.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+
+@pytest.fixture(scope="module")
+def shipped_target():
+    """The shipped target checkpoint on the CPU, loaded once per test module (shared by the KV-cache
+    and decoding-loop tests). lessonlib is imported here, not at the top, so this file imports
+    nothing of the course (tests/test_layout.py also runs it alone in a throwaway repository)."""
+    from lessonlib import models
+
+    return models.load("target", "cpu")
 
 
 def pytest_collection_modifyitems(config, items):

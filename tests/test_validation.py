@@ -1,6 +1,6 @@
 """The bad input the audit found giving a silent wrong result or an unreadable error: each now
 raises ValueError naming the argument and what was expected (the cache's own cases are in
-test_kv_cache; the skill's in test_skill). Each case also shows the good input next to it
+models/test_gpt_kv_cache; the skill's in course/test_skill). Each case also shows the good input next to it
 passing where that is not obvious, so a check that rejects everything would fail here."""
 import functools
 import json
@@ -15,6 +15,8 @@ from lessonlib.core import chain, sampling, stats, theory, tree, validate
 from lessonlib.core.batched import simulate_rounds
 from lessonlib.decoding import decode, fallback, reference
 from lessonlib.decoding.drafters import ModelDrafter
+from lessonlib.decoding.drafters import RuleDrafter
+from lessonlib.decoding.round import Sampling
 from lessonlib.decoding.tree_decode import tree_generate
 from loop_support import context_gpt
 
@@ -30,12 +32,17 @@ def _gpt(vocab=16):
 # ----------------------------------------------------------------------------- core
 
 CORE = {
-    "verify_tree token -1": (lambda: tree.verify_tree([-1], [-1], np.full((2, 3), 1 / 3), RNG), "tokens must be token ids in \\[0, 3\\)"),
-    "verify_tree token = V": (lambda: tree.verify_tree([-1], [3], np.full((2, 3), 1 / 3), RNG), "tokens must be token ids"),
-    "tree law token -1": (lambda: tree.tree_output_distribution([-1, 0], [1, -1], np.full((3, 3), 1 / 3)), "tokens must be"),
-    "greedy tree token -1": (lambda: tree.verify_tree_greedy([-1], [-1], [0, 1]), "tokens must be integer token ids >= 0"),
+    "verify_tree token -1": (lambda: tree.verify_tree([-1], [-1], np.full((2, 3), 1 / 3), RNG),
+                             "tokens must be token ids in \\[0, 3\\)"),
+    "verify_tree token = V": (lambda: tree.verify_tree([-1], [3], np.full((2, 3), 1 / 3), RNG),
+                              "tokens must be token ids"),
+    "tree law token -1": (lambda: tree.tree_output_distribution([-1, 0], [1, -1], np.full((3, 3), 1 / 3)),
+                          "tokens must be"),
+    "greedy tree token -1": (lambda: tree.verify_tree_greedy([-1], [-1], [0, 1]),
+                             "tokens must be integer token ids >= 0"),
     "tree float tokens": (lambda: tree.verify_tree([-1], [0.5], np.full((2, 3), 1 / 3), RNG), "tokens must be"),
-    "verify_tree rng None": (lambda: tree.verify_tree([-1], [0], np.full((2, 3), 1 / 3), None), "rng must be a numpy.random.Generator"),
+    "verify_tree rng None": (lambda: tree.verify_tree([-1], [0], np.full((2, 3), 1 / 3), None),
+                             "rng must be a numpy.random.Generator"),
     "sample rng None": (lambda: sampling.sample([0.5, 0.5], None), "rng must be a numpy.random.Generator"),
     "sample rng int": (lambda: sampling.sample([0.5, 0.5], 3), "rng must be a numpy.random.Generator"),
     "verify_chain rng None": (lambda: chain.verify_chain(P2, Q1, [0], None), "rng must be"),
@@ -49,7 +56,8 @@ CORE = {
     "optimal_k c = inf": (lambda: theory.optimal_k(0.5, np.inf), "c must be a finite"),
     "breakeven_alpha c = nan": (lambda: theory.breakeven_alpha(2, np.nan), "c must be a finite"),
     "alpha_for_speedup c = inf": (lambda: theory.alpha_for_speedup(1.0, 2, np.inf), "c must be a finite"),
-    "check_int above the maximum": (lambda: validate.check_int(4, "n", 0, 3), "n must be an integer >= 0 and <= 3, got 4"),
+    "check_int above the maximum": (lambda: validate.check_int(4, "n", 0, 3),
+                                    "n must be an integer >= 0 and <= 3, got 4"),
 }
 
 
@@ -130,7 +138,8 @@ def test_checkpoint_with_a_nan_or_inf_weight_says_how_to_rebuild(saved):
         state["blocks.0.fc.weight"] = state["blocks.0.fc.weight"].clone()
         state["blocks.0.fc.weight"][3, 5] = bad_value
         save_file(state, str(path))
-        with pytest.raises(ValueError, match=r"NaN or inf weights \(in blocks.0.fc.weight\); rebuild it with: python -m"):
+        with pytest.raises(ValueError,
+                           match=r"NaN or inf weights \(in blocks.0.fc.weight\); rebuild it with: python -m"):
             models.load("tiny", "cpu", saved)
 
 
@@ -139,8 +148,10 @@ def test_checkpoint_with_a_nan_or_inf_weight_says_how_to_rebuild(saved):
     ("[1, 2]", "must be a JSON object"),
     ("{}", "must hold a config"),  # incomplete: KeyError before
     ('{"config": {"vocab_size": 16}}', "must hold a config"),  # missing fields: TypeError before
-    ('{"config": {"vocab_size": 16, "block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32, "bias": 1}}', "must hold a config"),
-    ('{"config": {"vocab_size": "16", "block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}}', "must hold a config"),
+    ('{"config": {"vocab_size": 16, "block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32, "bias": 1}}',
+     "must hold a config"),
+    ('{"config": {"vocab_size": "16", "block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32}}',
+     "must hold a config"),
 ])
 def test_bad_checkpoint_metadata_says_how_to_rebuild(saved, text, what):
     (saved / "tiny.json").write_text(text)
@@ -155,14 +166,12 @@ def _negative_temperature_calls():
     target = _gpt()
     draft = context_gpt(1, block_size=32)
     prompt = [1, 2, 3]
-    t_cache, d_cache = target.new_cache(), draft.new_cache()
     stream = fallback.ModelStream(target, draft, prompt, 2, lambda position: -0.5)
     return {
         "generate": lambda: decode.generate(target, prompt, 4, temperature=-0.5),
         "speculative_generate": lambda: decode.speculative_generate(target, draft, prompt, 2, 4, temperature=-0.5),
-        "speculative_round": lambda: decode.speculative_round(target, draft, t_cache, d_cache, list(prompt), 2, -0.5, RNG),
-        "speculative_round draft": lambda: decode.speculative_round(target, draft, t_cache, d_cache, list(prompt), 2, 0.5,
-                                                                    RNG, draft_temperature=-1.0),
+        "speculative_round": lambda: Sampling(-0.5),  # every round's sampling
+        "speculative_round draft": lambda: Sampling(0.5, draft_temperature=-1.0),
         "next_token": lambda: decode.next_token(np.zeros(4), -0.5, RNG),
         "tree_generate": lambda: tree_generate(target, ModelDrafter(draft), prompt, 4, temperature=-0.5),
         "stream (number)": lambda: fallback.ModelStream(target, draft, prompt, 2, -0.5),
@@ -190,7 +199,7 @@ def test_loop_arguments_are_checked():
         (lambda: decode.generate(target, [1], 0), "max_new_tokens must be an integer >= 1"),
         (lambda: decode.speculative_generate(target, target, [1], 2.0, 3), "k must be an integer >= 1"),
         (lambda: decode.speculative_generate(target, target, [1], 0, 3), "k must be an integer >= 1"),
-        (lambda: decode.speculative_generate(target, other, [1], 2, 3), "share a vocabulary, got sizes 16 and 24"),
+        (lambda: decode.speculative_generate(target, other, [1], 2, 3), "share a vocabulary, got sizes 24 and 16"),
         (lambda: tree_generate(target, ModelDrafter(other), [1, 2], 3), "share a vocabulary, got sizes 24 and 16"),
         (lambda: reference.autoregressive_decode(target, [1, 2.5], 3, 0.0), "prompt token must be an integer"),
         (lambda: reference.autoregressive_decode(target, [-1], 3, 0.0), "prompt token must be an integer >= 0"),
@@ -201,12 +210,10 @@ def test_loop_arguments_are_checked():
             call()
 
 
-class OutOfVocabulary:
+class OutOfVocabulary(RuleDrafter):
     """A drafter proposing a token the target does not have (no ``model`` to check up front)."""
 
-    needs_features = False
-
-    def commit(self, seq, features):
+    def _commit(self, seq, features):
         pass
 
     def expand(self, parents, tokens, nodes):
@@ -216,8 +223,10 @@ class OutOfVocabulary:
 
 
 def test_a_drafted_token_outside_the_vocabulary_raises():
-    with pytest.raises(ValueError, match=r"tokens \(the drafted tree\) must be token ids in \[0, 16\)"):
-        tree_generate(_gpt(16), OutOfVocabulary(), [1, 2], 3, rule=functools.partial(tree.draft_topk, branching=(1,)))
+    for branching in ((1,), (2, 1)):  # a chain (the causal forward) and a tree (the tree mask)
+        with pytest.raises(ValueError, match=r"tokens \(the drafted tree\) must be token ids in \[0, 16\)"):
+            tree_generate(_gpt(16), OutOfVocabulary(), [1, 2], 3, rule=functools.partial(tree.draft_topk,
+                                                                                         branching=branching))
 
 
 @pytest.mark.parametrize("result,message", [
@@ -230,7 +239,8 @@ def test_a_drafted_token_outside_the_vocabulary_raises():
 ])
 def test_drive_rejects_a_callback_reporting_impossible_counts(result, message):
     for run in (lambda s: fallback.drive(fallback.AlwaysSpeculate(), s, lambda position: None, 10),
-                lambda s: fallback.drive_interleaved({"x": (fallback.AlwaysSpeculate(), s, lambda position: None)}, 10)):
+                lambda s: fallback.drive_interleaved({"x": (fallback.AlwaysSpeculate(), s, lambda position: None)},
+                                                     10)):
         with pytest.raises(ValueError, match=message):
             run(lambda position: result)
     trace = fallback.drive(fallback.AlwaysSpeculate(), lambda position: (3, 3), lambda position: None, 10)

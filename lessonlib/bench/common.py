@@ -16,6 +16,7 @@ import platform
 import torch
 
 from lessonlib import paths, threads
+from lessonlib.jsonio import jsonable
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
 from lessonlib.models import data
@@ -60,7 +61,8 @@ def against_plain(plain, methods: dict, prompt_list, repeats: int, same_tokens: 
     """Time plain decoding and every method on each prompt, interleaved (``timing.interleaved``):
     ``plain(prompt, i)`` and ``methods[name](prompt, i)`` return (tokens, stats).
 
-    Returns {"plain": [stats per prompt], name: [stats + measures.compare per prompt]}: c, r and
+    Returns {"plain": [stats row per prompt], name: [stats row + measures.compare per prompt]}
+    (rows: ``DecodeStats.as_dict``, the benchmarks' JSON): c, r and
     the speedup of prompt i are against plain decoding of prompt i in the same turn.
     ``same_tokens``: raise if a method's tokens differ from plain's (greedy decoding must be lossless).
     """
@@ -68,7 +70,7 @@ def against_plain(plain, methods: dict, prompt_list, repeats: int, same_tokens: 
     runs.update({name: (lambda i, run=run: run(prompt_list[i], i)) for name, run in methods.items()})
     best = timing.interleaved(runs, len(prompt_list), repeats)
     plain_stats = [stats for _, stats in best["plain"]]
-    out = {"plain": plain_stats}
+    out = {"plain": [stats.as_dict() for stats in plain_stats]}
     for name in methods:
         if same_tokens:
             for i, ((tokens, _), (reference, _)) in enumerate(zip(best[name], best["plain"])):
@@ -84,12 +86,11 @@ def medians(spread: dict) -> dict:
 
 
 def cell(spread: dict, key: str, digits: int = 2, unit: str = "") -> str:
-    """'1.52× [1.41, 1.60]' for a table cell ('–' when the quantity was not measured)."""
+    """'1.52× [1.41, 1.60]' for a table cell ('–' when the quantity was not measured):
+    ``measures.fmt_spread`` without its ', n = 5' (the tables have a prompts column)."""
     if key not in spread:
         return "–"
-    s = spread[key]
-    f = f"{{:.{digits}f}}"
-    return f"{f.format(s['median'])}{unit} [{f.format(s['q25'])}, {f.format(s['q75'])}]"
+    return measures.fmt_spread(spread[key], digits, unit, count=False)
 
 
 def markdown_table(header, rows) -> str:
@@ -103,12 +104,6 @@ def write_report(stem: str, report: dict, markdown: str, out: pathlib.Path | Non
     """Write ``stem.json`` and ``stem.md``; returns the folder."""
     out = pathlib.Path(out) if out is not None else paths.benchmarks()
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=_jsonable) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=jsonable) + "\n")
     (out / f"{stem}.md").write_text(markdown)
     return out
-
-
-def _jsonable(x):
-    if hasattr(x, "tolist"):  # numpy scalars and arrays
-        return x.tolist()
-    return float(x)

@@ -38,7 +38,8 @@ def _methods(target, draft_models, ks, temperature, new_tokens, seed):
 
 def config_rows(target, draft_models, ks, corpus, temperature, n_threads, settings, seed, bar=None):
     """Rows for one (corpus, T, thread count): every draft and K against plain decoding."""
-    n_prompts, prompt_len, new_tokens, repeats = (settings[k] for k in ("prompts", "prompt_len", "new_tokens", "repeats"))
+    n_prompts, prompt_len, new_tokens, repeats = (settings[k]
+                                                  for k in ("prompts", "prompt_len", "new_tokens", "repeats"))
     prompts = common.prompts(corpus, n_prompts, prompt_len)
     generate(target, prompts[0], 8)  # warm-up: first calls allocate
 
@@ -57,7 +58,8 @@ def config_rows(target, draft_models, ks, corpus, temperature, n_threads, settin
         predicted = float(expected_speedup(med["alpha"], k, med["c"]))
         rows.append({"corpus": corpus, "temperature": temperature, "threads": n_threads, "draft": draft, "k": k,
                      "method": f"chain {draft} K={k}", **med, "prompts": n_prompts,
-                     "overhead_seconds_per_round": float(np.median([r["overhead_seconds"] / r["target_calls"] for r in per_prompt])),
+                     "overhead_seconds_per_round": float(np.median([r["overhead_seconds"] / r["target_calls"]
+                                                                    for r in per_prompt])),
                      "predicted_speedup": predicted, "measured_over_predicted": med["speedup"] / predicted,
                      "forward_bound_speedup": med["forward_bound"], "spread": spread,
                      "per_prompt_speedup": [r["speedup"] for r in per_prompt]})
@@ -85,7 +87,8 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
     with tqdm(total=len(configs) * n_prompts * repeats, desc="bench decode (plain runs)") as bar:
         for n_threads, corpus, temperature in configs:
             with threads.using(n_threads):
-                config, plain = config_rows(target, draft_models, ks, corpus, temperature, n_threads, settings, seed, bar)
+                config, plain = config_rows(target, draft_models, ks, corpus, temperature, n_threads, settings,
+                                            seed, bar)
             rows += config
             plain_rows.append(plain)
     return rows, plain_rows
@@ -107,7 +110,8 @@ def markdown(rows, plain_rows) -> str:
     table = [[r["threads"], r["corpus"], f"{r['temperature']:g}", r["draft"], r["k"], common.cell(r["spread"], "tau"),
               common.cell(r["spread"], "alpha", 3), common.cell(r["spread"], "c", 3), common.cell(r["spread"], "r"),
               f"{r['predicted_speedup']:.2f}×", common.cell(r["spread"], "speedup", unit="×"),
-              f"{r['measured_over_predicted']:.2f}", f"{r['forward_bound_speedup']:.2f}×", r["prompts"]] for r in best_rows(rows)]
+              f"{r['measured_over_predicted']:.2f}", f"{r['forward_bound_speedup']:.2f}×", r["prompts"]]
+             for r in best_rows(rows)]
     lines = [common.markdown_table(header, table), ""]
     lines.append("Plain decoding (median [IQR] tokens/s): " + "; ".join(
         f"{p['threads']} thread(s), {p['corpus']} T={p['temperature']:g}: "
@@ -116,7 +120,8 @@ def markdown(rows, plain_rows) -> str:
     lines.append("Medians over prompts with their inter-quartile range. c = draft step / one-token target step and "
                  "r = verify forward over K + 1 tokens / one-token step, all timed in the decoding loops "
                  "(lessonlib.decoding.measures); speedup = plain s/token / speculative s/token on the same prompt, "
-                 "plain and speculative runs interleaved, each the fastest of its repeats. predicted = E(α, K) / (K c + 1) "
+                 "plain and speculative runs interleaved, each the fastest of its repeats. "
+                 "predicted = E(α, K) / (K c + 1) "
                  "(Leviathan et al. Thm 3.8, verify priced as one step); forward bound = τ / (K c + r), the speedup "
                  "if a round cost only its model forwards. The best K is picked by the measured median, which "
                  "favours K values that were lucky on these prompts.")

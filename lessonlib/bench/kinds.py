@@ -9,7 +9,7 @@ without that file, ``FALLBACK``). Both settings run at T = 0 and at T = 1 on the
 code prompts. Each method is interleaved with plain decoding at the same temperature, and each
 run uses the rng seeded ``seed + prompt``. At T = 0 every output must equal plain greedy
 decoding (``common.against_plain(same_tokens=True)``). At T = 1 exactness is the tests' job
-(tests/test_decode_tree.py, tests/test_mtp.py); a benchmark cannot check it.
+(tests/decoding/test_tree_decode.py, tests/decoding/test_mtp_draft.py); a benchmark cannot check it.
 
 The table also carries what the checkpoints' metadata records about training: where the
 kind was trained, CPU minutes, tokens and parameters. The MTP modules train together with the
@@ -129,9 +129,11 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
     results = {}
     for t in TEMPERATURES:
         names = sorted({name for choice in picks.values() for name in choice.values()})
-        runs = {name: (lambda p, i, fn=table[name][1], t=t: fn(m, p, t, np.random.default_rng(seed + i))) for name in names}
-        results[t] = common.against_plain(lambda p, i, t=t: generate(m.target, p, new_tokens, t, np.random.default_rng(seed + i)),
-                                          runs, prompts, repeats, same_tokens=t == 0)
+        runs = {name: (lambda p, i, fn=table[name][1], t=t: fn(m, p, t, np.random.default_rng(seed + i)))
+                for name in names}
+        results[t] = common.against_plain(
+            lambda p, i, t=t: generate(m.target, p, new_tokens, t, np.random.default_rng(seed + i)),
+            runs, prompts, repeats, same_tokens=t == 0)
     return m, table, picks, results
 
 
@@ -144,7 +146,8 @@ def rows_of(table, picks, results, n_threads=None) -> list[dict]:
         out.append(by_name["plain"] | {"kind": "plain", "shape": "", "temperature": t})
         for kind, choice in picks.items():
             for shape, name in choice.items():
-                row = by_name[name] | {"kind": kind, "shape": shape, "temperature": t, "greedy_identical": True if t == 0 else None}
+                row = by_name[name] | {"kind": kind, "shape": shape, "temperature": t,
+                                       "greedy_identical": True if t == 0 else None}
                 depth = len(row.get("acceptance_by_depth") or []) or row.get("k")
                 if shape == "chain" and "c" not in row["spread"] and depth:  # a chain's draft cost / round = K c
                     row["c_per_step"] = row["draft_cost_per_round"] / depth
@@ -188,7 +191,8 @@ def markdown(rows, costs, overhead) -> str:
             acc = zero.get("acceptance_by_depth") or []
             alpha1 = f"{acc[0]:.2f}" if acc and acc[0] is not None else common.cell(zero["spread"], "alpha")
             c = common.cell(zero["spread"], "c", 3) if "c" in zero["spread"] else draft_cost_text(zero, label="")
-            table.append([kind if shape == "chain" else "", f"{cost['how']}; {'/'.join(cost['devices'])}" if shape == "chain" else "",
+            table.append([kind if shape == "chain" else "",
+                          f"{cost['how']}; {'/'.join(cost['devices'])}" if shape == "chain" else "",
                           f"{minutes} min, {cost['tokens'] / 1e6:.1f} M tokens{shared}" if shape == "chain" else "",
                           f"{cost['params'] / 1e6:.2f} M" if shape == "chain" else "", zero["method"], alpha1,
                           ", ".join("-" if a is None else f"{a:.2f}" for a in acc) or "–",
@@ -198,13 +202,14 @@ def markdown(rows, costs, overhead) -> str:
     plain = {r["temperature"]: r for r in rows if r["kind"] == "plain"}
     lines = ["# Draft kinds on one target", "", common.markdown_table(header, table), "",
              "Held-out code prompts, medians over prompts [inter-quartile range]; every method interleaved with plain "
-             "decoding of the same prompt at the same temperature. Setting = the kind's best chain and best tree in the "
-             "tree benchmark's T = 0 sweep. α depth 1 and acceptance by depth: P(depth d accepted | depth d - 1 accepted) "
+             "decoding of the same prompt at the same temperature. Setting = the kind's best chain and best tree in "
+             "the tree benchmark's T = 0 sweep. α depth 1 and acceptance by depth: "
+             "P(depth d accepted | depth d - 1 accepted) "
              "over all rounds at T = 0 (for the draft model's chain loop, α = accepted / judged). c = one draft step / "
              "one-token target step (a chain's round / K); a tree's drafting is given per round. Greedy = plain: every "
              "T = 0 output equalled plain greedy decoding token for token (checked in the run).",
-             "", "Plain decoding: " + "; ".join(f"T = {t:g}: {common.cell(r['spread'], 'tokens_per_second', 0)} tokens/s"
-                                                for t, r in plain.items())]
+             "", "Plain decoding: " + "; ".join(
+                 f"T = {t:g}: {common.cell(r['spread'], 'tokens_per_second', 0)} tokens/s" for t, r in plain.items())]
     if overhead:
         lines += ["", f"MTP's training cost: a training step with {overhead['depth']} MTP modules takes "
                       f"{overhead['mtp_step_seconds']:.2f} s against {overhead['plain_step_seconds']:.2f} s without "
@@ -228,7 +233,8 @@ def main(argv=None):
     costs = {kind: training_cost(kind, mtp_fraction=overhead and overhead["fraction"]) for kind in picks}
     report = {"setup": {"corpus": "code (held-out)", "corpus_name": "code", "prompts": args.prompts,
                         "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats,
-                        "temperatures": list(TEMPERATURES), "seed": args.seed, "device": args.device, "threads": n_threads,
+                        "temperatures": list(TEMPERATURES), "seed": args.seed, "device": args.device,
+                        "threads": n_threads,
                         "seconds": round(time.time() - started, 1)},
               "machine": common.machine(), "picks": picks, "rows": rows, "training": costs, "mtp_overhead": overhead,
               "per_prompt": {str(t): r for t, r in results.items()}}

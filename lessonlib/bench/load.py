@@ -84,14 +84,16 @@ def chain_measurement(m, prompts, new_tokens, repeats) -> dict:
     def plain(temperature):
         return lambda p, i: generate(m["target"], p, new_tokens, temperature, np.random.default_rng(i))
 
-    eagle = lambda p, i: tree_generate(m["target"], EagleDrafter(m["eagle"], m["target"]), p, new_tokens,
-                                       rule=lambda expand: tree.draft_topk(expand, branching=(1, 1, 1, 1)))
+    def eagle(p, i):
+        return tree_generate(m["target"], EagleDrafter(m["eagle"], m["target"]), p, new_tokens,
+                             rule=lambda expand: tree.draft_topk(expand, branching=(1, 1, 1, 1)))
     out = {}
     for temperature, methods in ((0.0, {"chain draft-kl K=3, T=0": chain(0.0), "EAGLE chain K=4, T=0": eagle}),
                                  (1.0, {"chain draft-kl K=3, T=1": chain(1.0)})):
         runs = common.against_plain(plain(temperature), methods, prompts, repeats)
-        out[f"plain T={temperature:g}"] = {"tokens_per_second": measures.summary([s["tokens_per_second"] for s in runs["plain"]]),
-                                           "target_forward_seconds": measures.summary([s["target_forward_seconds"] for s in runs["plain"]])}
+        out[f"plain T={temperature:g}"] = {
+            "tokens_per_second": measures.summary([s["tokens_per_second"] for s in runs["plain"]]),
+            "target_forward_seconds": measures.summary([s["target_forward_seconds"] for s in runs["plain"]])}
         for name in methods:
             out[name] = measures.summarise(runs[name], ("speedup", "tau", "c", "r"))
     return out
@@ -104,7 +106,7 @@ def one_condition(m, model, prompts, settings, budget_s) -> dict:
     started = time.perf_counter()
     generate(m["target"], prompts[0], 8)  # warm-up
     out = {"pass_table": pass_table(model)}
-    probe = generate(m["target"], prompts[0], settings["new_tokens"])[1]["seconds"]
+    probe = generate(m["target"], prompts[0], settings["new_tokens"])[1].seconds
     runs = settings["prompts"] * settings["repeats"] * 5  # plain at T = 0 and 1, three methods, about as long
     if probe * runs > budget_s:
         out["chain"] = {"skipped": f"one plain run took {probe:.1f} s: the measurement would take about "
@@ -148,7 +150,8 @@ def checks(results) -> dict:
                 ratios = {name: busy["chain"][name]["speedup"]["median"] / idle["chain"][name]["speedup"]["median"]
                           for name in idle["chain"] if "speedup" in idle["chain"][name]}
                 entry["busy_over_idle_speedup"] = {k: round(v, 3) for k, v in ratios.items()}
-                entry["speedups_within_25_percent"] = bool(all(abs(v - 1) <= SPEEDUP_TOLERANCE for v in ratios.values()))
+                entry["speedups_within_25_percent"] = bool(all(abs(v - 1) <= SPEEDUP_TOLERANCE
+                                                               for v in ratios.values()))
         entry["passed"] = all(entry["pass_table_monotone"].values()) and entry.get("speedups_within_25_percent", True)
         out[f"{n} thread(s)"] = entry
     return out
@@ -158,14 +161,16 @@ def markdown(results, verdict) -> str:
     header = ["condition", "plain tok/s (T=0)", "one-token pass (ms)", *[f"{n} tokens / 1" for n in PASS_SIZES[1:]],
               "monotone", "chain draft-kl K=3, T=0", "K=3, T=1", "EAGLE chain K=4, T=0"]
     methods = ("chain draft-kl K=3, T=0", "chain draft-kl K=3, T=1", "EAGLE chain K=4, T=0")
-    rows = [[name, common.cell(r["chain"].get("plain T=0", {}), "tokens_per_second", 0), f"{r['pass_table']['ms'][0]:.2f}",
+    rows = [[name, common.cell(r["chain"].get("plain T=0", {}), "tokens_per_second", 0),
+             f"{r['pass_table']['ms'][0]:.2f}",
              *[f"{x:.2f}" for x in r["pass_table"]["vs_one"][1:]], "yes" if r["pass_table"]["monotone"] else "**no**",
              *[common.cell(r["chain"].get(k, {}), "speedup", unit="×") if "skipped" not in r["chain"] else "too slow"
                for k in methods]]
             for name, r in results.items()]
     lines = ["# The lesson's timings, idle and with one busy core", "", common.markdown_table(header, rows), ""]
     for n, v in verdict.items():
-        lines.append(f"- {n}: {'passed' if v['passed'] else 'FAILED'} — pass table monotone {v['pass_table_monotone']}; "
+        lines.append(f"- {n}: {'passed' if v['passed'] else 'FAILED'} — "
+                     f"pass table monotone {v['pass_table_monotone']}; "
                      f"busy / idle speedup {v.get('busy_over_idle_speedup', '-')}")
     lines += ["", "Speedups: median [IQR] over prompts against plain decoding under the same condition and thread "
               f"count, interleaved. Monotone: no pass over more tokens below {1 - MONOTONE_TOLERANCE:.0%} of a pass "
@@ -181,13 +186,15 @@ def main(argv=None):
                         help="seconds a chain measurement may take under one condition before it is skipped")
     parser.add_argument("--out", default=None)
     args = common.parse(parser, argv)
-    settings = {"prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats}
+    settings = {"prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+                "repeats": args.repeats}
     started = time.time()
     results = measure(settings, tuple(args.threads), tuple(args.conditions), args.budget)
     verdict = checks(results)
     report = {"machine": common.machine(), "settings": settings, "seconds": round(time.time() - started, 1),
               "load_average_after": os.getloadavg(), "results": results, "checks": verdict,
-              "policy": threads.describe(), "policy_passed": verdict.get(f"{threads.policy()} thread(s)", {}).get("passed")}
+              "policy": threads.describe(),
+              "policy_passed": verdict.get(f"{threads.policy()} thread(s)", {}).get("passed")}
     md = markdown(results, verdict)
     common.write_report("load", report, md, args.out)
     print(md)

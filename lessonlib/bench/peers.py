@@ -52,7 +52,8 @@ def to_hf(model):
     and splits ``c_attn`` into q, k, v in the same order as our ``qkv``."""
     tf = _transformers()
     if getattr(model, "packed", False):
-        raise ValueError("model must be unpacked (models.load(name) without pack=True): packed weights are not nn.Linear")
+        raise ValueError("model must be unpacked (models.load(name) without pack=True): "
+                         "packed weights are not nn.Linear")
     c = model.config
     config = tf.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
                            n_head=c.n_head, n_inner=4 * c.n_embd, activation_function="gelu_new",
@@ -64,7 +65,8 @@ def to_hf(model):
     state = {"transformer.wte.weight": ours["wte.weight"], "transformer.wpe.weight": ours["wpe.weight"],
              "transformer.ln_f.weight": ours["ln_f.weight"], "transformer.ln_f.bias": ours["ln_f.bias"],
              "lm_head.weight": ours["wte.weight"]}
-    names = {"ln_1": "ln_1", "ln_2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc", "fc_out": "mlp.c_proj"}
+    names = {"ln_1": "ln_1", "ln_2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc",
+             "fc_out": "mlp.c_proj"}
     for i in range(c.n_layer):
         for mine, theirs in names.items():
             w, b = ours[f"blocks.{i}.{mine}.weight"], ours[f"blocks.{i}.{mine}.bias"]
@@ -112,7 +114,8 @@ def _timed(fn, new_tokens):
     start = time.perf_counter()
     out, stats = fn()
     seconds = time.perf_counter() - start
-    return out, dict(stats, loop_seconds=stats["seconds"], seconds=seconds, seconds_per_token=seconds / new_tokens)
+    return out, stats.as_dict() | {"loop_seconds": stats.seconds, "seconds": seconds,
+                                   "seconds_per_token": seconds / new_tokens}
 
 
 def methods(target, draft, target_hf, draft_hf, new_tokens):
@@ -125,7 +128,8 @@ def methods(target, draft, target_hf, draft_hf, new_tokens):
         f"lessonlib prompt lookup (k = {LOOKUP_TOKENS})": (
             "lessonlib", lambda p: _timed(lambda: lookup_generate(target, p, new_tokens, k=LOOKUP_TOKENS), new_tokens)),
         "HF plain generate": ("HF", lambda p: hf_run(target_hf, p, new_tokens)),
-        "HF assisted, draft-kl K = 3 constant": ("HF", lambda p: hf_run(target_hf, p, new_tokens, assistant_model=assistant)),
+        "HF assisted, draft-kl K = 3 constant": (
+            "HF", lambda p: hf_run(target_hf, p, new_tokens, assistant_model=assistant)),
         f"HF prompt lookup (prompt_lookup_num_tokens = {LOOKUP_TOKENS})": (
             "HF", lambda p: hf_run(target_hf, p, new_tokens, prompt_lookup_num_tokens=LOOKUP_TOKENS)),
     }
@@ -141,13 +145,16 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
     prompts = common.prompts("code", n_prompts, prompt_len)
     for _, fn in table.values():  # warm-up: first calls allocate and pick kernels
         fn(prompts[0][:16])
-    best = interleaved({name: (lambda i, fn=fn: fn(prompts[i])) for name, (_, fn) in table.items()}, n_prompts, repeats)
-    plain = {lib: best[next(n for n, (l, _) in table.items() if l == lib)] for lib in ("lessonlib", "HF")}
+    best = interleaved({name: (lambda i, fn=fn: fn(prompts[i])) for name, (_, fn) in table.items()}, n_prompts,
+                       repeats, seconds=lambda stats: stats["seconds"])  # both libraries' runs: dicts timed end to end
+    plain = {lib: best[next(n for n, (owner, _) in table.items() if owner == lib)] for lib in ("lessonlib", "HF")}
     results = {}
     for name, (lib, _) in table.items():
         other = "HF" if lib == "lessonlib" else "lessonlib"
-        results[name] = [dict(stats, speedup=measures.speedup(plain[lib][i][1]["seconds_per_token"], stats["seconds_per_token"]),
-                              identical_to_plain=out == plain[lib][i][0], identical_to_other_library_plain=out == plain[other][i][0])
+        results[name] = [dict(stats, speedup=measures.speedup(plain[lib][i][1]["seconds_per_token"],
+                                                              stats["seconds_per_token"]),
+                              identical_to_plain=out == plain[lib][i][0],
+                              identical_to_other_library_plain=out == plain[other][i][0])
                          for i, (out, stats) in enumerate(best[name])]
     return table, results
 
@@ -169,7 +176,8 @@ def summarise(table, results):
 def markdown(rows, setup):
     body = [[r["method"], measures.fmt_spread(r["tokens_per_second"], 0),
              "—" if r["method"].endswith(("plain", "plain generate")) else measures.fmt_spread(r["speedup"], 2, "×"),
-             measures.fmt_spread(r["tau"], 2) if "tau" in r else "", "yes" if r["identical"] else "**no**"] for r in rows]
+             measures.fmt_spread(r["tau"], 2) if "tau" in r else "", "yes" if r["identical"] else "**no**"]
+            for r in rows]
     ours = next(r for r in rows if r["method"].startswith("lessonlib prompt lookup"))["speedup"]["median"]
     theirs = next(r for r in rows if r["method"].startswith("HF prompt lookup"))["speedup"]["median"]
     same = min(r["identical_across_libraries"] for r in rows)
@@ -177,7 +185,8 @@ def markdown(rows, setup):
         f"Peers: {setup['prompts']} held-out code prompts x {setup['new_tokens']} new tokens, greedy, batch 1, "
         f"{setup['threads']} thread(s), transformers {setup['transformers']}; median [IQR] over prompts, "
         "each the fastest of its interleaved repeats; time = the whole call, prefill included.", "",
-        common.markdown_table(["method", "tokens/s", "speedup over its own plain", "tau", "output = its plain greedy"], body), "",
+        common.markdown_table(["method", "tokens/s", "speedup over its own plain", "tau", "output = its plain greedy"],
+                              body), "",
         f"Prompt lookup speedup: lessonlib {ours:.2f}× vs Hugging Face {theirs:.2f}× (each over its own plain). "
         f"The two libraries' greedy outputs agree on {same} of {setup['prompts']} prompts "
         "(the same weights; float32 rounding differs between the two implementations).", ""])
@@ -193,7 +202,8 @@ def main(argv=None):
     rows = summarise(table, results)
     setup = {"prompts": args.prompts, "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens,
              "repeats": args.repeats, "temperature": 0.0, "corpus": "code (held-out)", "transformers": tf.__version__,
-             "threads": torch.get_num_threads(), "machine": common.machine(), "seconds": round(time.time() - started, 1),
+             "threads": torch.get_num_threads(), "machine": common.machine(),
+             "seconds": round(time.time() - started, 1),
              "statistic": "median [IQR] over prompts of the fastest of `repeats` interleaved runs; "
                           "speedup = own plain s/token / method s/token on the same prompt; time includes prefill"}
     md = markdown(rows, setup)

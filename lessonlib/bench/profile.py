@@ -77,7 +77,7 @@ def operator_profile(run):
         wall = time.perf_counter() - start
     events = [e for e in prof.events() if e.name.startswith(("aten::", "mkldnn::")) and e.cpu_parent is None]
     op_seconds = sum(e.cpu_time_total for e in events) / 1e6  # inclusive time of top-level ops
-    rounds = result[1]["target_calls"]
+    rounds = result[1].target_calls
     return {"rounds": rounds, "ops_per_round": len(events) / rounds, "op_seconds_per_round": op_seconds / rounds,
             "wall_seconds_per_round_profiled": wall / rounds, "us_per_op": 1e6 * op_seconds / len(events),
             "share_in_operators": op_seconds / wall}
@@ -108,7 +108,8 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
                                      n_prompts=n_prompts, prompt_len=prompt_len, new_tokens=new_tokens,
                                      device="cpu", repeats=repeats)
     for row in chain:
-        row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]  # measured / predicted at zero loop overhead
+        # measured / predicted at zero loop overhead
+        row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]
         row["alpha_for_1.6x"] = float(alpha_for_speedup(1.6, row["k"], row["c"], row["r"]))  # the one inverse of E
     step_s = plain_rows[0]["target_forward_seconds"]
     target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
@@ -121,8 +122,9 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
         "plain": operator_profile(lambda: generate(target, prompts[0], new_tokens)),
         f"chain draft-kl K={best['k']}": operator_profile(
             lambda: speculative_generate(target, draft, prompts[0], best["k"], new_tokens)),
-        best_tree: operator_profile(lambda: tree_generate(target, EagleDrafter(eagle, target), prompts[0], new_tokens,
-                                                          rule=functools.partial(tree.draft_topk, branching=TREES[best_tree]))),
+        best_tree: operator_profile(
+            lambda: tree_generate(target, EagleDrafter(eagle, target), prompts[0], new_tokens,
+                                  rule=functools.partial(tree.draft_topk, branching=TREES[best_tree]))),
     }
     in_loop = {"target step (1 token)": step_s,
                f"target verify ({best['k'] + 1} tokens)": best["r"] * step_s,
@@ -140,16 +142,18 @@ def markdown(report) -> str:
     lines += ["", "| run (under torch.profiler) | operators per round | µs per operator | ms in operators per round "
               "| share of wall time in operators |", "|---|---|---|---|---|"]
     for name, p in report["operators"].items():
-        lines.append(f"| {name} | {p['ops_per_round']:.0f} | {p['us_per_op']:.1f} | {1e3 * p['op_seconds_per_round']:.2f} "
-                     f"| {p['share_in_operators']:.2f} |")
-    lines += ["", "| K | tau | alpha (decoding) | c | r | loop overhead (ms/round) | predicted | forward-bound | measured "
-              "[IQR] | measured / predicted | ceiling of measured / predicted | alpha for 1.6x |", "|" + "---|" * 12]
+        lines.append(f"| {name} | {p['ops_per_round']:.0f} | {p['us_per_op']:.1f} "
+                     f"| {1e3 * p['op_seconds_per_round']:.2f} | {p['share_in_operators']:.2f} |")
+    lines += ["", "| K | tau | alpha (decoding) | c | r | loop overhead (ms/round) | predicted | forward-bound "
+              "| measured [IQR] | measured / predicted | ceiling of measured / predicted | alpha for 1.6x |",
+              "|" + "---|" * 12]
     for r in report["chain"]:
         lines.append(f"| {r['k']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['c']:.3f} | {r['r']:.2f} | "
                      f"{1e3 * r['overhead_seconds_per_round']:.2f} | {r['predicted_speedup']:.2f}x | "
                      f"{r['forward_bound_speedup']:.2f}x | {common.cell(r['spread'], 'speedup', unit='x')} | "
                      f"{r['measured_over_predicted']:.2f} | {r['ratio_ceiling']:.2f} | {r['alpha_for_1.6x']:.3f} |")
-    lines += ["", "| EAGLE (T = 0) | tau | speedup [IQR] | drafting ms / round | verify ms / round |", "|---|---|---|---|---|"]
+    lines += ["", "| EAGLE (T = 0) | tau | speedup [IQR] | drafting ms / round | verify ms / round |",
+              "|---|---|---|---|---|"]
     for name, t in report["trees"].items():
         lines.append(f"| {name} | {t['tau']:.2f} | {common.cell(t['spread'], 'speedup', unit='x')} | "
                      f"{t['draft_ms_per_round']:.2f} | {t['verify_ms_per_round']:.2f} |")

@@ -62,7 +62,8 @@ def collect(folder: pathlib.Path | None = None) -> list[dict]:
         report = json.loads(kinds.read_text())
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
-                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
+                   "repeats": s.get("repeats")}
         rows += [_row("kinds", report, r, setting | {"temperature": r["temperature"]})
                  for r in report["rows"] if r["method"] != "plain" and "spread" in r]
     return rows
@@ -96,11 +97,13 @@ def markdown(rows) -> str:
     machines = {json.dumps({k: r["machine"].get(k) for k in ("platform", "processor", "torch")}) for r in rows}
     lines = ["# Table of record", "",
              "Median over prompts [inter-quartile range]. τ = tokens per target forward; α = accepted / judged drafts, "
-             "measured while decoding; c = draft step / one-token target step, draft cost / round = a round's drafting / "
-             "one-token step (K c for a chain), r = verify forward / one-token step, all timed in the decoding loops; speedup = plain s/token / method s/token on the same "
+             "measured while decoding; c = draft step / one-token target step, draft cost / round = a round's "
+             "drafting / one-token step (K c for a chain), r = verify forward / one-token step, all timed in the "
+             "decoding loops; speedup = plain s/token / method s/token on the same "
              "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
-             "its best K; record.json holds every K. A method two benchmarks measured appears once per source: they are "
-             "separate runs, which on this machine can differ by more than their IQRs, so quote a row with its source.", "", common.markdown_table(header, table), "",
+             "its best K; record.json holds every K. A method two benchmarks measured appears once per source: they "
+             "are separate runs, which on this machine can differ by more than their IQRs, so quote a row with its "
+             "source.", "", common.markdown_table(header, table), "",
              "Machine: " + "; ".join(sorted(machines))]
     return "\n".join(lines) + "\n"
 
@@ -112,7 +115,8 @@ def write(folder: pathlib.Path | None = None) -> pathlib.Path:
     md = markdown(rows)
     kinds = (pathlib.Path(folder) if folder is not None else paths.benchmarks()) / "kinds.md"
     if kinds.exists():
-        md += "\n" + kinds.read_text().replace("# Draft kinds on one target", "## Draft kinds on one target (kinds.md)", 1)
+        md += "\n" + kinds.read_text().replace("# Draft kinds on one target",
+                                               "## Draft kinds on one target (kinds.md)", 1)
     return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES),
                                           "sources": [s for s in SOURCES if any(r["source"] == s for r in rows)]},
                                md, folder)
@@ -122,7 +126,8 @@ def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
     """A benchmark report ``stem.json`` from ``folder`` (default paths.benchmarks()), else the
     shipped one in the repository's outputs/benchmarks/ (tests point the outputs elsewhere);
     None when neither exists."""
-    for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(), paths.ROOT / "outputs" / "benchmarks"):
+    for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(),
+                 paths.ROOT / "outputs" / "benchmarks"):
         if (base / f"{stem}.json").exists():
             return json.loads((base / f"{stem}.json").read_text())
     return None

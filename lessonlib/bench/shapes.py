@@ -65,9 +65,9 @@ def measure(shape, n_prompts=5, prompt_len=128, new_tokens=48, repeats=2):
         _, plain = fastest(lambda: generate(target, p, new_tokens), repeats)
         _, chain = fastest(lambda: speculative_generate(target, draft, p, 4, new_tokens), repeats)
         _, eag = fastest(lambda: tree_generate(target, EagleDrafter(eagle, target), p, new_tokens, rule=rule), repeats)
-        steps.append(plain["target_forward_seconds"])
+        steps.append(plain.target_forward_seconds)
         c_draft.append(measures.compare(chain, plain)["c"])
-        c_eagle.append(measures.cost_ratio(eag["draft_seconds_per_round"] / 4, plain["target_forward_seconds"]))
+        c_eagle.append(measures.cost_ratio(eag.draft_seconds_per_round / 4, plain.target_forward_seconds))
     return {"shape": f"{layers} x {width}", "layers": layers, "width": width, "heads": heads,
             "params": target.num_params(), "step_ms": measures.summary(1e3 * np.array(steps)),
             "c_draft": measures.summary(c_draft), "c_eagle": measures.summary(c_eagle),
@@ -76,11 +76,13 @@ def measure(shape, n_prompts=5, prompt_len=128, new_tokens=48, repeats=2):
 
 def markdown(rows) -> str:
     table = markdown_table(
-        ["target shape", "params", "one-token step (ms)", "c, one-layer 128-wide draft", "c, EAGLE head", "r(5) warm", "r(16) warm"],
-        [[r["shape"], f"{r['params'] / 1e6:.1f} M", measures.fmt_spread(r["step_ms"]), measures.fmt_spread(r["c_draft"], 3),
-          measures.fmt_spread(r["c_eagle"], 3), f"{r['r5_warm']:.2f}", f"{r['r16_warm']:.2f}"] for r in rows])
-    return table + ("\n\nMedians [IQR] over 5 random 128-token prompts, each the fastest of 2 runs; c in the decoding loop "
-                    "(draft step / one-token target step); r warm. Random weights, packed target.\n")
+        ["target shape", "params", "one-token step (ms)", "c, one-layer 128-wide draft", "c, EAGLE head", "r(5) warm",
+         "r(16) warm"],
+        [[r["shape"], f"{r['params'] / 1e6:.1f} M", measures.fmt_spread(r["step_ms"]),
+          measures.fmt_spread(r["c_draft"], 3), measures.fmt_spread(r["c_eagle"], 3), f"{r['r5_warm']:.2f}",
+          f"{r['r16_warm']:.2f}"] for r in rows])
+    return table + ("\n\nMedians [IQR] over 5 random 128-token prompts, each the fastest of 2 runs; c in the "
+                    "decoding loop (draft step / one-token target step); r warm. Random weights, packed target.\n")
 
 
 def main(argv=None):

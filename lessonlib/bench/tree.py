@@ -74,8 +74,9 @@ def chain(k):
 
 def tree_of(kind, rule):
     """Tree decoding with a fresh ``m.drafters[kind]()`` and the drafting rule ``rule``."""
-    return lambda m, prompt, temperature=0.0, rng=None: tree_generate(m.target, m.drafters[kind](), prompt, m.new_tokens,
-                                                                      rule=rule, temperature=temperature, rng=rng)
+    return lambda m, prompt, temperature=0.0, rng=None: tree_generate(m.target, m.drafters[kind](), prompt,
+                                                                      m.new_tokens, rule=rule,
+                                                                      temperature=temperature, rng=rng)
 
 
 def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
@@ -111,11 +112,15 @@ def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
         rows["MTP chain K=2"] = ("MTP chain", tree_of("mtp", static((1, 1))))
         for b in [(2, 1), (3, 1), (2, 2)]:
             rows[f"MTP tree {'-'.join(map(str, b))}"] = ("MTP tree", tree_of("mtp", static(b)))
-    for k in (4, 8, 12):  # draft-free (issue 18): n-gram prompt lookup; the draft only where it finds nothing; lookahead
-        rows[f"prompt lookup k={k}"] = ("prompt lookup", lambda m, p, k=k: lookup_generate(m.target, p, m.new_tokens, k=k))
-    rows["prompt lookup k=8, else draft-kl K=3"] = ("lookup + draft", lambda m, p: lookup_generate(m.target, p, m.new_tokens, k=8, draft=m.draft))
+    # draft-free (issue 18): n-gram prompt lookup; the draft only where it finds nothing; lookahead
+    for k in (4, 8, 12):
+        rows[f"prompt lookup k={k}"] = ("prompt lookup",
+                                        lambda m, p, k=k: lookup_generate(m.target, p, m.new_tokens, k=k))
+    rows["prompt lookup k=8, else draft-kl K=3"] = (
+        "lookup + draft", lambda m, p: lookup_generate(m.target, p, m.new_tokens, k=8, draft=m.draft))
     for w, n, g in ((4, 3, 4), (2, 4, 4)):  # window, n-gram size, guesses: small, as the CPU's verify cost wants
-        rows[f"lookahead W{w} N{n} G{g}"] = ("lookahead", lambda m, p, a=(w, n, g): lookahead_generate(m.target, p, m.new_tokens, *a))
+        rows[f"lookahead W{w} N{n} G{g}"] = (
+            "lookahead", lambda m, p, a=(w, n, g): lookahead_generate(m.target, p, m.new_tokens, *a))
     return rows
 
 
@@ -127,7 +132,8 @@ def load_models(new_tokens, device="cpu", directory=CHECKPOINTS) -> Models:
              if (pathlib.Path(directory) / f"{kind}.safetensors").exists()}
     m = Models(target, draft, new_tokens, {"draft": lambda: ModelDrafter(draft)})
     for kind, head in heads.items():
-        m.drafters[kind] = (lambda h=head: MedusaDrafter(h, target)) if kind == "medusa" else (lambda h=head: EagleDrafter(h, target))
+        m.drafters[kind] = ((lambda h=head: MedusaDrafter(h, target)) if kind == "medusa"
+                            else (lambda h=head: EagleDrafter(h, target)))
     if (pathlib.Path(directory) / "target-mtp.safetensors").exists():
         mtp = load_mtp("target-mtp", target, directory)
         m.drafters["mtp"] = lambda: MTPDrafter(mtp, target)
@@ -135,9 +141,11 @@ def load_models(new_tokens, device="cpu", directory=CHECKPOINTS) -> Models:
 
 
 @torch.inference_mode()
-def verify_cost(target, prefix_len=128, sizes=(1, 2, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), reps=15):
+def measure_forward_costs(target, prefix_len=128, sizes=(1, 2, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), reps=15):
     """Warm r(n): median seconds of one target forward over n new tokens after ``prefix_len``
-    cached ones, chain-shaped and with a random tree mask and depth positions (same n)."""
+    cached ones, chain-shaped and with a random tree mask and depth positions (same n).
+    The measurement, stored as tree.json's ``verify_cost``; the model of r(n) the skill file
+    prices with is ``lessonlib.course.skill.recommend.verify_cost``."""
     rng = np.random.default_rng(0)
     cache = target.new_cache()
     target(torch.randint(0, target.config.vocab_size, (1, prefix_len), device=target.device), cache=cache)
@@ -235,20 +243,21 @@ def markdown(rows, best, cost, targets):
         mark = " **(best of family)**" if best.get(r["family"]) is r and r["family"] != "plain" else ""
         acc = ", ".join("-" if a is None else f"{a:.2f}" for a in r.get("acceptance_by_depth", [])) \
             or (f"α = {common.cell(r['spread'], 'alpha')}" if "alpha" in r["spread"] else "")
-        table.append([r["method"] + mark, common.cell(r["spread"], "tau"), common.cell(r["spread"], "speedup", unit="×"),
+        table.append([r["method"] + mark, common.cell(r["spread"], "tau"),
+                      common.cell(r["spread"], "speedup", unit="×"),
                       _cost_cell(r) if r["family"] != "plain" else "", common.cell(r["spread"], "r"),
                       "" if bound_share(r) is None else f"{bound_share(r):.2f}",
                       f"{r['mean_nodes']:.1f}" if "mean_nodes" in r else "", acc, r["prompts"]])
     lines = [common.markdown_table(header, table), "",
              "Medians over prompts [inter-quartile range]; each method interleaved with plain decoding of the same "
              "prompt, fastest of the repeats. c = draft step / one-token target step; draft cost / round = a round's "
-             "drafting in one-token target steps; r = verify forward / one-token step (all timed in the loops); measured / "
-             "forward bound = median speedup / median of τ / (draft cost + r), the share of what the forwards allow "
-             "that the loop keeps.", ""]
+             "drafting in one-token target steps; r = verify forward / one-token step (all timed in the loops); "
+             "measured / forward bound = median speedup / median of τ / (draft cost + r), the share of what the "
+             "forwards allow that the loop keeps.", ""]
     lines += [common.markdown_table(["new tokens n", "chain forward / 1-token forward (warm)",
                                      "tree forward / 1-token forward (warm)"],
-                                    [[c["new_tokens"], f"{c['chain_vs_one_token']:.2f}", f"{c['tree_vs_one_token']:.2f}"]
-                                     for c in cost])]
+                                    [[c["new_tokens"], f"{c['chain_vs_one_token']:.2f}",
+                                      f"{c['tree_vs_one_token']:.2f}"] for c in cost])]
     lines += ["", "Benchmark targets (issues 6 and 17): " + "; ".join(
         f"{k}: {'reached' if v['met'] else 'not reached'} ({v['detail']})" for k, v in targets.items())]
     return "\n".join(lines) + "\n"
@@ -275,22 +284,26 @@ def check_targets(rows, best):
     out = {
         "best tree tau >= chain tau + 0.5 (same draft)": {
             "met": tree_max_tau["tau"] >= chain_best["tau"] + 0.5,
-            "detail": f"{tree_max_tau['method']} tau {tree_max_tau['tau']:.2f} vs {chain_best['method']} {chain_best['tau']:.2f}"},
+            "detail": f"{tree_max_tau['method']} tau {tree_max_tau['tau']:.2f} "
+                      f"vs {chain_best['method']} {chain_best['tau']:.2f}"},
         "chain draft-kl >= 2.0x": {"met": chain_best["speedup"] >= 2.0,
                                    "detail": f"{chain_best['method']} {chain_best['speedup']:.2f}×"},
         "best EAGLE family >= 2.5x and >= 1.15 x best chain": {
             "met": eagle["speedup"] >= 2.5 and eagle["speedup"] >= 1.15 * chain_best["speedup"],
-            "detail": f"{eagle['method']} {eagle['speedup']:.2f}× vs {chain_best['method']} {chain_best['speedup']:.2f}× "
+            "detail": f"{eagle['method']} {eagle['speedup']:.2f}× "
+                      f"vs {chain_best['method']} {chain_best['speedup']:.2f}× "
                       f"(ratio {eagle['speedup'] / chain_best['speedup']:.2f})"},
     }
     mtp = [r for r in rows if r["family"] in ("MTP chain", "MTP tree")]
     if mtp:
         top = max(mtp, key=lambda r: r["speedup"])
-        out["MTP self-speculation >= 1.6x"] = {"met": top["speedup"] >= 1.6, "detail": f"{top['method']} {top['speedup']:.2f}×"}
+        out["MTP self-speculation >= 1.6x"] = {"met": top["speedup"] >= 1.6,
+                                               "detail": f"{top['method']} {top['speedup']:.2f}×"}
     shares = [(bound_share(r), r["method"]) for r in rows if bound_share(r) is not None]
     low = min(shares)
     out["measured / forward bound >= 0.9 on every row"] = {
-        "met": low[0] >= 0.9, "detail": f"lowest {low[0]:.2f} ({low[1]}); {sum(v < 0.9 for v, _ in shares)} of {len(shares)} rows below 0.9"}
+        "met": low[0] >= 0.9,
+        "detail": f"lowest {low[0]:.2f} ({low[1]}); {sum(v < 0.9 for v, _ in shares)} of {len(shares)} rows below 0.9"}
     return out
 
 
@@ -307,16 +320,18 @@ def main(argv=None):
     args = common.parse(parser, argv)
     started = time.time()
     n_threads = threads.apply()
-    m, table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.quick, args.device, repeats=args.repeats)
+    m, table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.quick, args.device,
+                            repeats=args.repeats)
     rows, best = summarise(table, results, n_threads)
-    cost = verify_cost(m.target)
+    cost = measure_forward_costs(m.target)
     targets = check_targets(rows, best)
     report = {
         "setup": {"temperature": 0.0, "corpus": "code (held-out)", "corpus_name": "code", "prompts": args.prompts,
                   "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats,
                   "device": args.device, "threads": n_threads,
                   "statistic": "median over prompts [inter-quartile range] of the fastest of `repeats` runs, plain and "
-                               "methods interleaved per prompt; speedup = plain s/token / method s/token on the same prompt",
+                               "methods interleaved per prompt; speedup = plain s/token / method s/token on the "
+                               "same prompt",
                   "seconds": round(time.time() - started, 1)},
         "machine": common.machine(),
         "rows": rows,

@@ -12,4 +12,10 @@ from lessonlib.core.theory import (breakeven_alpha, expected_speedup, expected_t
                                    simulate_tokens_per_verify, wall_time_per_token)
 from lessonlib.core.tree import tree_attention_mask, tree_position_ids
 
-__all__ = ['GREEDY_TEMPERATURE', 'acceptance_rate', 'breakeven_alpha', 'chi_square', 'describe', 'draft_with_alpha', 'exact_output_distribution', 'exact_round_distribution', 'expected_speedup', 'expected_tokens_per_verify', 'optimal_k', 'residual', 'sample', 'sample_rounds', 'simulate_rounds', 'simulate_tokens_per_verify', 'softmax', 'top_k_filter', 'top_p_filter', 'tree_attention_mask', 'tree_position_ids', 'tv_distance', 'tv_noise_floor', 'tv_null_quantile', 'verify_chain', 'verify_greedy', 'verify_rounds', 'wall_time_per_token']
+__all__ = [
+    'GREEDY_TEMPERATURE', 'acceptance_rate', 'breakeven_alpha', 'chi_square', 'describe', 'draft_with_alpha',
+    'exact_output_distribution', 'exact_round_distribution', 'expected_speedup', 'expected_tokens_per_verify',
+    'optimal_k', 'residual', 'sample', 'sample_rounds', 'simulate_rounds', 'simulate_tokens_per_verify', 'softmax',
+    'top_k_filter', 'top_p_filter', 'tree_attention_mask', 'tree_position_ids', 'tv_distance', 'tv_noise_floor',
+    'tv_null_quantile', 'verify_chain', 'verify_greedy', 'verify_rounds', 'wall_time_per_token',
+]

@@ -15,11 +15,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # for annotations only: core never imports torch at run time
+    import torch
 
 BACKENDS = ("numpy", "torch-cpu", "torch-cuda")
 ENV_VAR = "LESSONLIB_BACKEND"
+
+# A numpy array or a torch tensor: what the batched algorithms are written against.
+Array: TypeAlias = "np.ndarray | torch.Tensor"
+# The same, for functions that return the kind they are given (numpy in, numpy out).
+ArrayT = TypeVar("ArrayT", np.ndarray, "torch.Tensor")
 
 
 def cuda_available() -> bool:
@@ -46,24 +57,27 @@ class Backend:
         return {"numpy": None, "torch-cpu": "cpu", "torch-cuda": "cuda"}[self.name]
 
     @property
-    def xp(self):
+    def xp(self) -> ModuleType:
+        """The array namespace: the numpy module, or the torch module."""
         if not self.is_torch:
             return np
         import torch
 
         return torch
 
-    def asarray(self, x, dtype="float64"):
-        """``x`` as this backend's array (float64 by default; ``dtype="int64"`` for tokens)."""
+    def asarray(self, x: npt.ArrayLike | torch.Tensor, dtype: str = "float64") -> Any:
+        """``x`` as this backend's array (float64 by default; ``dtype="int64"`` for tokens):
+        a numpy array or a torch tensor, which one known only at run time (``self.name``)."""
         if not self.is_torch:
             return np.asarray(to_numpy(x), dtype=dtype)
         import torch
 
         return torch.as_tensor(to_numpy(x), dtype=getattr(torch, dtype), device=self.device)
 
-    def uniform(self, shape, rng: np.random.Generator):
-        """Uniforms in [0, 1) of ``shape``. numpy draws from ``rng``; torch draws on its device
-        from a torch generator seeded from ``rng`` (same distribution, different numbers)."""
+    def uniform(self, shape: tuple[int, ...], rng: np.random.Generator) -> Any:
+        """Uniforms in [0, 1) of ``shape`` (a numpy array or a torch tensor, as ``asarray``).
+        numpy draws from ``rng``; torch draws on its device from a torch generator seeded from
+        ``rng`` (same distribution, different numbers)."""
         if not self.is_torch:
             return rng.random(shape)
         import torch
@@ -110,11 +124,12 @@ def describe(backend: Backend | str | None = None) -> str:
 
 # ----------------------------------------------------------------------------- namespace
 
-def is_torch(x) -> bool:
+def is_torch(x: object) -> TypeGuard[torch.Tensor]:
+    """True for a torch tensor, told apart by its type's module (torch is never imported)."""
     return type(x).__module__.startswith("torch")
 
 
-def array_namespace(x):
+def array_namespace(x: object) -> ModuleType:
     """numpy for numpy arrays (and lists), torch for torch tensors."""
     if is_torch(x):
         import torch
@@ -123,12 +138,16 @@ def array_namespace(x):
     return np
 
 
-def to_numpy(x) -> np.ndarray:
+def to_numpy(x: npt.ArrayLike | torch.Tensor) -> np.ndarray:
     """A numpy copy of a numpy array, list or torch tensor (on any device)."""
     return x.detach().cpu().numpy() if is_torch(x) else np.asarray(x)
 
 
-def take_along(a, idx, axis: int):
+@overload
+def take_along(a: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray: ...
+@overload
+def take_along(a: torch.Tensor, idx: torch.Tensor, axis: int) -> torch.Tensor: ...
+def take_along(a: Any, idx: Any, axis: int) -> Any:
     """``np.take_along_axis`` / ``torch.take_along_dim`` (both broadcast ``a`` against ``idx``)."""
     if is_torch(a):
         import torch
@@ -137,7 +156,11 @@ def take_along(a, idx, axis: int):
     return np.take_along_axis(a, idx, axis=axis)
 
 
-def arange_like(x, n: int):
+@overload
+def arange_like(x: np.ndarray, n: int) -> np.ndarray: ...
+@overload
+def arange_like(x: torch.Tensor, n: int) -> torch.Tensor: ...
+def arange_like(x: Any, n: int) -> Any:
     """0..n-1 as an integer array on ``x``'s backend and device."""
     if is_torch(x):
         import torch

@@ -1,7 +1,7 @@
 """Many independent chain-verification rounds at once: no per-round Python loop.
 
-This is the only implementation of the accept/reject rule; ``speculative.verify_chain`` is
-the one-round case. It is written once against the array namespace (``backend``), so the
+This is the only implementation of the accept/reject rule; ``lessonlib.core.chain.verify_chain``
+is the one-round case. It is written once against the array namespace (``backend``), so the
 same lines run on numpy arrays, torch CPU tensors and torch CUDA tensors, and give
 identical tokens for identical uniforms.
 
@@ -11,14 +11,24 @@ correction from the residual at the first rejection, or the bonus from p_K).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, overload
+
 import numpy as np
+import numpy.typing as npt
 
-from lessonlib.core.backend import Backend, arange_like, array_namespace, select, take_along, to_numpy
+from lessonlib.core.backend import Array, ArrayT, Backend, arange_like, array_namespace, select, take_along, to_numpy
 from lessonlib.core.sampling import inverse_cdf, residual_rows
-from lessonlib.core.validate import check_probs, check_same_vocab
+from lessonlib.core.validate import check_int, check_probs, check_rng, check_same_vocab
+
+if TYPE_CHECKING:  # for annotations only: core never imports torch at run time
+    import torch
 
 
-def check_rounds(p_rows, q_rows):
+@overload
+def check_rounds(p_rows: torch.Tensor, q_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]: ...
+@overload
+def check_rounds(p_rows: npt.ArrayLike, q_rows: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, int]: ...
+def check_rounds(p_rows: Any, q_rows: Any) -> tuple[Any, Any, int]:
     """Validate (K+1, V) or (N, K+1, V) target rows against (K, V) or (N, K, V) draft rows;
     returns both as 3-D (a shared set of rows gets a leading axis of 1) and K."""
     p = check_probs(p_rows, "p_rows", ndim=(2, 3))
@@ -36,17 +46,19 @@ def check_rounds(p_rows, q_rows):
     return p, q, K
 
 
-def _check_uniforms(u, name, shape):
+def _check_uniforms(u: Array, name: str, shape: tuple[int, ...]) -> None:
     if tuple(u.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(u.shape)}")
-    if bool((u < 0).any()) or bool((u >= 1).any()) or bool((u != u).any()):
+    if bool((u < 0).any()) or bool((u >= 1).any()) or bool(array_namespace(u).isnan(u).any()):
         raise ValueError(f"{name} must lie in [0, 1)")
 
 
-def verify_rounds(p_rows, q_rows, draft_tokens, u_accept, u_final, validate=True):
+def verify_rounds(p_rows: ArrayT, q_rows: ArrayT, draft_tokens: ArrayT, u_accept: ArrayT, u_final: ArrayT,
+                  validate: bool = True) -> tuple[ArrayT, ArrayT]:
     """N verification rounds. ``p_rows``: (K+1, V) shared or (N, K+1, V); ``q_rows``: (K, V)
     or (N, K, V), the distributions the drafts were sampled from; ``draft_tokens``: (N, K);
-    ``u_accept``: (N, K); ``u_final``: (N,).
+    ``u_accept``: (N, K); ``u_final``: (N,). All numpy arrays (lists are fine too) or all
+    torch tensors on one device.
 
     Round n accepts draft j while u_accept[n, j] * q_j(x_j) < p_j(x_j), i.e. u < p/q written
     without a division (a token with p(x) = 0 is never accepted). At the first rejection m it
@@ -61,13 +73,15 @@ def verify_rounds(p_rows, q_rows, draft_tokens, u_accept, u_final, validate=True
         q = q_rows if q_rows.ndim == 3 else q_rows[None]
         K = q.shape[1]
     xp = array_namespace(p)
-    if xp is np:  # lists are fine too
-        draft_tokens, u_accept, u_final = map(np.asarray, (draft_tokens, u_accept, u_final))
-    d = draft_tokens
+    # numpy arrays (lists are fine too) or torch tensors, whichever p is: typed Any, the
+    # namespace decides
+    as_array: Any = np.asarray if xp is np else (lambda a: a)
+    d, u_accept, u_final = as_array(draft_tokens), as_array(u_accept), as_array(u_final)
     N = d.shape[0] if d.ndim else 0
     if validate:
         if d.ndim != 2 or d.shape[1] != K or "int" not in str(d.dtype):
-            raise ValueError(f"draft_tokens must be integer token ids of shape (N, K={K}), got {tuple(d.shape)} {d.dtype}")
+            raise ValueError(f"draft_tokens must be integer token ids of shape (N, K={K}), "
+                             f"got {tuple(d.shape)} {d.dtype}")
         if max(p.shape[0], q.shape[0]) not in (1, N):
             raise ValueError(f"p_rows/q_rows hold {max(p.shape[0], q.shape[0])} rounds but draft_tokens {N}")
         if bool((d < 0).any()) or bool((d >= p.shape[-1]).any()):
@@ -77,7 +91,8 @@ def verify_rounds(p_rows, q_rows, draft_tokens, u_accept, u_final, validate=True
     px = take_along(p[:, :K], d[..., None], axis=-1)[..., 0]  # p_j(x_j), (N, K)
     qx = take_along(q, d[..., None], axis=-1)[..., 0]  # q_j(x_j)
     if validate and bool((qx == 0).any()):
-        raise ValueError("draft_tokens include a token with q = 0: q_rows must be the distributions the drafts were sampled from")
+        raise ValueError("draft_tokens include a token with q = 0: "
+                         "q_rows must be the distributions the drafts were sampled from")
     accept = u_accept * qx < px
     n_acc = xp.cumprod(accept, axis=-1).sum(axis=-1)  # length of the accepted prefix
     # what the final token is drawn from after m acceptances: the residual of position m
@@ -91,7 +106,8 @@ def verify_rounds(p_rows, q_rows, draft_tokens, u_accept, u_final, validate=True
     return tokens, n_acc
 
 
-def sample_rounds(p_rows, q_rows, uniforms, validate=True):
+def sample_rounds(p_rows: ArrayT, q_rows: ArrayT, uniforms: ArrayT,
+                  validate: bool = True) -> tuple[ArrayT, ArrayT, ArrayT]:
     """Draft and verify N rounds from ``uniforms`` (N, 2K+1) in [0, 1): drafts x_j =
     inverse_cdf(q_j, uniforms[:, j]), then ``verify_rounds`` with the rest.
     Returns (draft_tokens (N, K), tokens (N, K+1), n_accepted (N,))."""
@@ -105,20 +121,20 @@ def sample_rounds(p_rows, q_rows, uniforms, validate=True):
     return drafts, tokens, n_acc
 
 
-def simulate_rounds(p_rows, q_rows, n_rounds: int, rng: np.random.Generator,
-                    backend: Backend | str | None = None, chunk: int = 1_000_000):
+def simulate_rounds(p_rows: npt.ArrayLike | torch.Tensor, q_rows: npt.ArrayLike | torch.Tensor, n_rounds: int,
+                    rng: np.random.Generator, backend: Backend | str | None = None,
+                    chunk: int = 1_000_000) -> tuple[np.ndarray, np.ndarray]:
     """``n_rounds`` independent rounds of speculative sampling with shared target rows
     (K+1, V) and draft rows (K, V), on ``backend`` (default: ``backend.select()``), in
     chunks of ``chunk`` rounds. Returns numpy (tokens (N, K+1), n_accepted (N,))."""
-    if int(n_rounds) != n_rounds or n_rounds < 1:
-        raise ValueError(f"n_rounds must be an integer >= 1, got {n_rounds}")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
+    n_rounds = check_int(n_rounds, "n_rounds", minimum=1)
+    check_rng(rng)
     be = backend if isinstance(backend, Backend) else select(backend)
-    p, q, K = check_rounds(to_numpy(p_rows), to_numpy(q_rows))
-    p, q = be.asarray(p), be.asarray(q)
-    tokens, n_acc = [], []
-    for start in range(0, int(n_rounds), chunk):
+    p_np, q_np, K = check_rounds(to_numpy(p_rows), to_numpy(q_rows))
+    p, q = be.asarray(p_np), be.asarray(q_np)  # numpy arrays or torch tensors, as the backend says
+    tokens: list[np.ndarray] = []
+    n_acc: list[np.ndarray] = []
+    for start in range(0, n_rounds, chunk):
         u = be.uniform((min(chunk, n_rounds - start), 2 * K + 1), rng)
         _, t, n = sample_rounds(p, q, u, validate=False)
         tokens.append(to_numpy(t))

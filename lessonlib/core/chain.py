@@ -1,31 +1,43 @@
 """Chain speculative decoding at the level of distributions and of ``logits(tokens)`` models.
 
-* ``verify_chain`` -- one stochastic verification round (the rule lives in ``batched``).
+* ``verify_chain`` -- one stochastic verification round (its arithmetic is
+  ``lessonlib.core.batched.verify_rounds``, the one implementation for numpy and torch).
 * ``verify_greedy`` -- the T = 0 rule: accept while the draft equals the target argmax.
 * ``exact_round_distribution`` / ``exact_output_distribution`` -- the exact law of a
   round's output, by summing over every draft token and accept/reject outcome.
 * ``draft_with_alpha`` -- a draft q whose acceptance rate against p is exactly alpha.
-The generic loops over any ``logits(tokens)`` model are in ``decoding.reference``.
+The generic loops over any ``logits(tokens)`` model are in ``lessonlib.decoding.reference``.
 """
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from lessonlib.core.batched import check_rounds, verify_rounds
 from lessonlib.core.sampling import residual_rows
-from lessonlib.core.validate import check_k, check_probs, check_rng
+from lessonlib.core.validate import check_interval, check_probs, check_rng, check_token_ids
 
 
-def _check_draft_tokens(draft_tokens, K, V):
+def _check_round(p_rows: npt.ArrayLike, q_rows: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, int]:
+    """``check_rounds`` for one round: p_rows (K+1, V), q_rows (K, V), both 2-D; returns them
+    with a leading axis of 1, (1, K+1, V) and (1, K, V), and K."""
+    p, q, K = check_rounds(p_rows, q_rows)
+    if p.shape[0] != 1 or q.shape[0] != 1:
+        raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
+    return p, q, K
+
+
+def _check_draft_tokens(draft_tokens: npt.ArrayLike, K: int, V: int) -> np.ndarray:
+    """Exactly K token ids in [0, V), as int64 (K,). An integer dtype is required here (no
+    2.0 for 2, unlike ``check_token_ids`` alone)."""
     d = np.asarray(draft_tokens)
     if d.shape != (K,) or not np.issubdtype(d.dtype, np.integer):
         raise ValueError(f"draft_tokens must be {K} integer token ids (one per q row), got {d.tolist()!r}")
-    if ((d < 0) | (d >= V)).any():
-        raise ValueError(f"draft_tokens must lie in [0, {V}), got {d.tolist()}")
-    return d.astype(np.int64)
+    return check_token_ids(d, V, "draft_tokens")
 
 
-def verify_chain(p_rows, q_rows, draft_tokens, rng: np.random.Generator, validate=True) -> list[int]:
+def verify_chain(p_rows: np.ndarray, q_rows: np.ndarray, draft_tokens: npt.ArrayLike,
+                 rng: np.random.Generator, validate: bool = True) -> list[int]:
     """One round of speculative sampling. ``p_rows`` (K+1, V): the target at each drafted
     position plus the bonus position; ``q_rows`` (K, V): the distributions the K
     ``draft_tokens`` were sampled from. Accept x_j while u_j < p_j(x_j) / q_j(x_j),
@@ -35,20 +47,18 @@ def verify_chain(p_rows, q_rows, draft_tokens, rng: np.random.Generator, validat
     ``validate=False`` skips the input checks (about 0.1 ms): for decoding loops whose rows
     come straight from ``softmax``."""
     if validate:
-        p, q, K = check_rounds(p_rows, q_rows)
-        if p.shape[0] != 1 or q.shape[0] != 1:
-            raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
+        p, q, K = _check_round(p_rows, q_rows)
         d = _check_draft_tokens(draft_tokens, K, p.shape[-1])
         check_rng(rng)
     else:
-        p, q, K = p_rows[None], q_rows[None], len(draft_tokens)
-        d = np.asarray(draft_tokens, dtype=np.int64)
+        d = np.asarray(draft_tokens, dtype=np.int64)  # (K,)
+        p, q, K = p_rows[None], q_rows[None], len(d)
     u = rng.random(K + 1)
     tokens, n_acc = verify_rounds(p, q, d[None], u[None, :K], u[None, K], validate=validate)
     return tokens[0, : n_acc[0] + 1].tolist()
 
 
-def verify_greedy(p_rows, draft_tokens, validate=True) -> list[int]:
+def verify_greedy(p_rows: np.ndarray, draft_tokens: npt.ArrayLike, validate: bool = True) -> list[int]:
     """The T = 0 rule: accept draft j while argmax p_j == x_j; emit argmax p_j at the first
     mismatch, or the bonus argmax p_K when all K match. ``p_rows``: (K+1, V).
     ``validate=False`` skips the input checks, for decoding loops: only each row's argmax is
@@ -69,7 +79,7 @@ def verify_greedy(p_rows, draft_tokens, validate=True) -> list[int]:
 
 # ----------------------------------------------------------------------------- exact law
 
-def exact_round_distribution(p_rows, q_rows):
+def exact_round_distribution(p_rows: npt.ArrayLike, q_rows: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """The exact law of one ``verify_chain`` round, by enumerating every draft token x and
     both outcomes of its accept test (the rows do not depend on the drafted prefix).
 
@@ -79,9 +89,7 @@ def exact_round_distribution(p_rows, q_rows):
     stop[K] = p_K. The emitted sequence (x_0..x_{m-1}, y) has probability
     prod_{j<m} accepted[j, x_j] * stop[m, y].
     """
-    p, q, K = check_rounds(p_rows, q_rows)
-    if p.shape[0] != 1 or q.shape[0] != 1:
-        raise ValueError("p_rows and q_rows must be 2-D: (K+1, V) and (K, V)")
+    p, q, K = _check_round(p_rows, q_rows)
     p, q = p[0], q[0]
     drafted = q > 0  # tokens the draft can propose; the others carry weight q = 0
     a = np.where(drafted, np.minimum(1.0, p[:K] / np.where(drafted, q, 1.0)), 0.0)
@@ -91,7 +99,7 @@ def exact_round_distribution(p_rows, q_rows):
     return accepted, stop
 
 
-def exact_output_distribution(p_rows, q_rows) -> np.ndarray:
+def exact_output_distribution(p_rows: npt.ArrayLike, q_rows: npt.ArrayLike) -> np.ndarray:
     """(K+1, V): row j is the exact law of the token a round emits at position j, given it
     gets that far (accepted[j] + stop[j] of ``exact_round_distribution``). Row 0 is the law
     of the first emitted token. Speculative sampling is exact iff this equals p_rows."""
@@ -99,8 +107,9 @@ def exact_output_distribution(p_rows, q_rows) -> np.ndarray:
     return stop + np.concatenate([accepted, np.zeros_like(stop[:1])])
 
 
-def draft_with_alpha(p, alpha: float, rng: np.random.Generator) -> np.ndarray:
-    """A draft q with acceptance_rate(p, q) == alpha (to 1e-9), for each row of p.
+def draft_with_alpha(p: npt.ArrayLike, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """A draft q with acceptance_rate(p, q) == alpha (to 1e-9), for each row of p (V,) or
+    (N, V); q has p's shape.
 
     q = (1 - lam) p + lam r, where r is a random distribution on the quarter of tokens that
     p finds least likely. sum_x min(p, q) is concave in lam and equals 1 at lam = 0, so it
@@ -108,8 +117,7 @@ def draft_with_alpha(p, alpha: float, rng: np.random.Generator) -> np.ndarray:
     below acceptance_rate(p, r) is unreachable (ValueError)."""
     p = check_probs(p)
     check_rng(rng)
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    check_interval(alpha, "alpha", "[0, 1]")
     if p.ndim == 2:
         return np.stack([draft_with_alpha(row, alpha, rng) for row in p])
     far = np.argsort(p, kind="stable")[: max(1, -(-p.size // 4))]

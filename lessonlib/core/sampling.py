@@ -6,23 +6,31 @@
   uniforms, written once for numpy arrays and torch tensors (the batched path uses it).
 * ``residual`` -- norm(max(p - q, 0)), where speculative sampling draws after a rejection.
 
-Probability rows live on the last axis. ``check_probs`` is the shared validation.
+Probability rows live on the last axis (..., V). The input checks are ``core.validate``'s.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING, Any, overload
 
-from lessonlib.core.backend import array_namespace, is_torch
-from lessonlib.core.validate import check_probs, check_rng, check_temperature
+import numpy as np
+import numpy.typing as npt
+
+from lessonlib.core.backend import ArrayT, array_namespace
+from lessonlib.core.validate import (check_int, check_interval, check_probs, check_rng, check_same_shape,
+                                     check_temperature)
+
+if TYPE_CHECKING:  # for annotations only: core never imports torch at run time
+    import torch
 
 GREEDY_TEMPERATURE = 1e-5  # at or below this, sampling means argmax
 RESIDUAL_EPS = 1e-12  # residual mass at or below this is rounding noise (p == q)
 
 
-def softmax(logits, temperature: float = 1.0) -> np.ndarray:
+def softmax(logits: npt.ArrayLike, temperature: float = 1.0) -> np.ndarray:
     """p_i = exp(z_i / T) / sum_j exp(z_j / T) along the last axis, computed as
     exp(z_i/T - max z/T) so large logits do not overflow. T <= 1e-5: one-hot at argmax z
-    (the first one on ties). Logits may be -inf (masked) but not NaN or +inf."""
+    (the first one on ties). Logits may be -inf (masked) but not NaN or +inf.
+    ``logits``: (..., V); returns float64 (..., V)."""
     check_temperature(temperature)
     z = np.asarray(logits, dtype=np.float64)
     if z.ndim == 0 or z.shape[-1] == 0:
@@ -42,23 +50,22 @@ def softmax(logits, temperature: float = 1.0) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def top_k_filter(p, k: int) -> np.ndarray:
-    """Keep the k most likely entries of each row (ties broken by index), renormalise."""
+def top_k_filter(p: npt.ArrayLike, k: int) -> np.ndarray:
+    """Keep the k most likely entries of each row (ties broken by index), renormalise.
+    ``p``: (V,) or (N, V); returns the same shape."""
     p = check_probs(p)
-    if int(k) != k or not 1 <= k <= p.shape[-1]:
-        raise ValueError(f"k must be an integer in [1, {p.shape[-1]}], got {k}")
-    keep = np.argsort(-p, axis=-1, kind="stable")[..., : int(k)]
+    k = check_int(k, "k", minimum=1, maximum=p.shape[-1])
+    keep = np.argsort(-p, axis=-1, kind="stable")[..., :k]
     out = np.zeros_like(p)
     np.put_along_axis(out, keep, np.take_along_axis(p, keep, axis=-1), axis=-1)
     return out / out.sum(axis=-1, keepdims=True)
 
 
-def top_p_filter(p, top_p: float) -> np.ndarray:
+def top_p_filter(p: npt.ArrayLike, top_p: float) -> np.ndarray:
     """Nucleus filter: keep the smallest set of most likely entries whose mass reaches top_p
-    (always at least one), renormalise."""
+    (always at least one), renormalise. ``p``: (V,) or (N, V); returns the same shape."""
     p = check_probs(p)
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    check_interval(top_p, "top_p", "(0, 1]")
     order = np.argsort(-p, axis=-1, kind="stable")
     sorted_p = np.take_along_axis(p, order, axis=-1)
     # keep an entry if the mass strictly before it is still short of top_p
@@ -68,10 +75,15 @@ def top_p_filter(p, top_p: float) -> np.ndarray:
     return out / out.sum(axis=-1, keepdims=True)
 
 
-def inverse_cdf(p, u):
-    """Token index per row of ``p`` from uniforms ``u`` in [0, 1) (shape ``p.shape[:-1]``):
-    the i with cdf[i-1] <= u * cdf[-1] < cdf[i]. Zero-probability entries are never chosen.
-    No validation (hot path); works on numpy arrays and torch tensors alike."""
+@overload
+def inverse_cdf(p: np.ndarray, u: np.ndarray) -> np.ndarray: ...
+@overload
+def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor: ...
+def inverse_cdf(p: Any, u: Any) -> Any:
+    """Token index per row of ``p`` (..., V) from uniforms ``u`` in [0, 1) (shape ``p.shape[:-1]``):
+    the i with cdf[i-1] <= u * cdf[-1] < cdf[i]; integer indices of shape ``p.shape[:-1]``.
+    Zero-probability entries are never chosen. No validation (hot path); works on numpy
+    arrays and torch tensors alike (numpy in, numpy out)."""
     xp = array_namespace(p)
     cdf = xp.cumsum(p, axis=-1)
     total = cdf[..., -1:]
@@ -83,36 +95,38 @@ def inverse_cdf(p, u):
     return xp.minimum(idx, last)
 
 
-def sample(p, rng: np.random.Generator):
-    """Draw x ~ p for each row (an int for a 1-D p, an int array for 2-D), by inverse CDF."""
+def sample(p: npt.ArrayLike, rng: np.random.Generator) -> int | np.ndarray:
+    """Draw x ~ p for each row (an int for a 1-D p (V,), an int array (N,) for a 2-D p (N, V)),
+    by inverse CDF: one uniform from ``rng`` per row."""
     p = check_probs(p)
     x = inverse_cdf(p, np.asarray(check_rng(rng).random(p.shape[:-1])))
     return int(x) if x.ndim == 0 else x
 
 
-def residual_rows(p, q):
-    """``residual`` without validation, for numpy arrays and torch tensors (hot path)."""
+def residual_rows(p: ArrayT, q: ArrayT) -> ArrayT:
+    """``residual`` without validation, for numpy arrays and torch tensors (hot path): rows
+    (..., V) of p and q (broadcast against each other), the same kind back."""
     xp = array_namespace(p)
     r = xp.clip(p - q, 0, None)
     mass = r.sum(axis=-1, keepdims=True)
     return xp.where(mass > RESIDUAL_EPS, r / xp.where(mass > RESIDUAL_EPS, mass, 1.0), p)
 
 
-def residual(p, q) -> np.ndarray:
+def residual(p: npt.ArrayLike, q: npt.ArrayLike) -> np.ndarray:
     """r(x) = max(p(x) - q(x), 0) / sum_y max(p(y) - q(y), 0): what speculative sampling draws
     from after rejecting a draft token. When that mass is <= 1e-12 (p == q up to rounding, so
-    a rejection has probability ~0) returns p instead of normalising rounding noise."""
+    a rejection has probability ~0) returns p instead of normalising rounding noise.
+    ``p``, ``q``: (V,) or (N, V), one shape; returns that shape."""
     p, q = check_probs(p, "p"), check_probs(q, "q")
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    check_same_shape(p, q)
     return residual_rows(p, q)
 
 
-def acceptance_rate(p, q):
+def acceptance_rate(p: npt.ArrayLike, q: npt.ArrayLike) -> float | np.ndarray:
     """alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q): the probability that speculative
-    sampling accepts a token drafted from q when the target is p (per row)."""
+    sampling accepts a token drafted from q when the target is p (per row): a float for
+    p, q (V,), an array (N,) for (N, V)."""
     p, q = check_probs(p, "p"), check_probs(q, "q")
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    check_same_shape(p, q)
     a = np.minimum(p, q).sum(axis=-1)
     return float(a) if a.ndim == 0 else a

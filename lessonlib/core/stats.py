@@ -7,30 +7,31 @@ formal test (with a p-value); it pools sparse bins so its chi-square approximati
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as _scipy_stats
 from scipy.special import gammaln
 
-from lessonlib.core.validate import check_probs, check_rng
+from lessonlib.core.validate import check_int, check_interval, check_probs, check_rng, check_same_shape
 
-def tv_distance(p, q):
-    """TV(p, q) = 1/2 sum_x |p(x) - q(x)| = 1 - sum_x min(p(x), q(x)), per row."""
+
+def tv_distance(p: npt.ArrayLike, q: npt.ArrayLike) -> float | np.ndarray:
+    """TV(p, q) = 1/2 sum_x |p(x) - q(x)| = 1 - sum_x min(p(x), q(x)), per row: a float for
+    p, q (V,), an array (N,) for (N, V)."""
     p, q = check_probs(p, "p"), check_probs(q, "q")
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    check_same_shape(p, q)
     tv = 0.5 * np.abs(p - q).sum(axis=-1)
     return float(tv) if tv.ndim == 0 else tv
 
 
-def tv_noise_floor(p, n: int) -> float:
-    """E[TV(p, h_n)] for h_n the histogram (frequencies) of n i.i.d. draws from p, exactly.
+def tv_noise_floor(p: npt.ArrayLike, n: int) -> float:
+    """E[TV(p, h_n)] for h_n the histogram (frequencies) of n i.i.d. draws from p (V,), exactly.
 
     Each count X_x ~ Binomial(n, p_x), so E TV = 1/(2n) sum_x E|X_x - n p_x|, and the
     binomial mean absolute deviation has de Moivre's closed form
     E|X - np| = 2 nu C(n, nu) p^nu (1 - p)^(n - nu + 1), nu = floor(np) + 1
     (computed in log space; 0 when p_x is 0 or 1). Decays like sqrt(V / n)."""
     p = check_probs(p, "p", ndim=(1,))
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n}")
+    n = check_int(n, "n", minimum=1)
     inner = (p > 0) & (p < 1)
     px = p[inner]
     nu = np.floor(n * px) + 1
@@ -39,29 +40,31 @@ def tv_noise_floor(p, n: int) -> float:
     return float(np.exp(log_md).sum() / (2 * n))
 
 
-def tv_null_quantile(p, n: int, rng: np.random.Generator, level: float = 0.999, n_sim: int = 10_000) -> float:
-    """The ``level`` quantile of TV(p, h_n) when h_n really is an n-sample histogram of p,
+def tv_null_quantile(p: npt.ArrayLike, n: int, rng: np.random.Generator, level: float = 0.999,
+                     n_sim: int = 10_000) -> float:
+    """The ``level`` quantile of TV(p, h_n) when h_n really is an n-sample histogram of p (V,),
     estimated from ``n_sim`` simulated multinomial histograms. A measured TV above it
     rejects "the samples come from p" with false-alarm rate 1 - level. (The spread around
     ``tv_noise_floor`` depends on how peaked p is, so it is simulated, not a fixed ratio.)"""
     p = check_probs(p, "p", ndim=(1,))
     check_rng(rng)
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    n = check_int(n, "n", minimum=1)
+    check_interval(level, "level", "(0, 1)")
     if n_sim * (1 - level) < 5:
-        raise ValueError(f"n_sim={n_sim} is too small to estimate the {level} quantile (need n_sim * (1 - level) >= 5)")
-    counts = rng.multinomial(int(n), p / p.sum(), size=int(n_sim))
+        raise ValueError(f"n_sim={n_sim} is too small to estimate the {level} quantile "
+                         "(need n_sim * (1 - level) >= 5)")
+    counts = rng.multinomial(n, p / p.sum(), size=int(n_sim))
     tv = 0.5 * np.abs(counts / n - p).sum(axis=1)
     return float(np.quantile(tv, level))
 
 
-def _pool_sparse(expected, min_expected):
+def _pool_sparse(expected: np.ndarray, min_expected: float) -> list[list[int]]:
     """Group bin indices so every group's expected count is >= min_expected: bins are
     taken from the least expected up, sparse ones pooled together; a sparse remainder
     joins the last group."""
-    groups, pool, pool_mass = [], [], 0.0
+    groups: list[list[int]] = []
+    pool: list[int] = []
+    pool_mass = 0.0
     for i in np.argsort(expected, kind="stable"):
         pool.append(i)
         pool_mass += expected[i]
@@ -75,7 +78,8 @@ def _pool_sparse(expected, min_expected):
     return groups
 
 
-def chi_square(observed_counts, expected_probs, min_expected: float = 5.0):
+def chi_square(observed_counts: npt.ArrayLike, expected_probs: npt.ArrayLike,
+               min_expected: float = 5.0) -> tuple[float, float]:
     """Pearson's goodness of fit of counts to probabilities: (statistic, p-value).
 
     statistic = sum_b (O_b - E_b)^2 / E_b over bins b, E_b = n * expected_probs (rescaled to

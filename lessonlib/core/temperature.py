@@ -3,24 +3,26 @@
 * ``acceptance_by_temperature`` -- alpha(T) for sampled, deterministic and mistempered drafts,
   teacher-forced: one target and one draft forward over held-out text give every temperature.
 * ``tau_by_position`` -- tokens per verify from per-position acceptances.
-* ``alpha_for_speedup`` -- the alpha a speedup needs at K, c and verify cost r (``theory``).
 * ``breakeven_temperature`` -- from a measured alpha(T) and c, the lowest temperature at which
   the expected speedup falls to 1 (the first crossing, interpolated).
 * ``alpha_mle`` -- alpha estimated from a window of (accepted, rejected) rounds.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
-from lessonlib.core import theory
 from lessonlib.core.sampling import acceptance_rate, softmax
 from lessonlib.core.theory import breakeven_alpha
-from lessonlib.core.validate import check_c, check_finite_1d, check_k
+from lessonlib.core.validate import check_c, check_finite_1d, check_int, check_k, check_unit
 
 
-def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), draft_temperature=None):
+def acceptance_by_temperature(p_logits: npt.ArrayLike, q_logits: npt.ArrayLike, temperatures: npt.ArrayLike,
+                              widths: Sequence[int] = (4,),
+                              draft_temperature: float | None = None) -> dict[str, np.ndarray]:
     """Per-position acceptance at each temperature for each kind of draft (teacher-forced).
 
     p_logits, q_logits: (N, V) target and draft logits at the same N positions of a text.
@@ -40,11 +42,10 @@ def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), dra
     if temps.ndim != 1 or len(temps) == 0 or not np.all(np.isfinite(temps)) or np.any(temps < 0):
         raise ValueError(f"temperatures must be a non-empty 1-D sequence of numbers >= 0, got {temperatures!r}")
     V = p_logits.shape[1]
-    if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 1 <= w <= V for w in widths):
-        raise ValueError(f"widths must be integers in [1, V={V}], got {widths!r}")
+    widths = [check_int(w, "widths", minimum=1, maximum=V) for w in widths]  # each in [1, V]
     order = np.argsort(-q_logits, axis=1)  # candidates by draft preference, best first
     q_fixed = None if draft_temperature is None else softmax(q_logits, draft_temperature)
-    out = {"sampled": [], "greedy": [], **{f"top{w}": [] for w in widths}}
+    out: dict[str, list[float | np.ndarray]] = {"sampled": [], "greedy": [], **{f"top{w}": [] for w in widths}}
     if q_fixed is not None:
         out["mismatch"] = []
     for t in temps:
@@ -60,13 +61,13 @@ def acceptance_by_temperature(p_logits, q_logits, temperatures, widths=(4,), dra
     return {kind: np.array(rows) for kind, rows in out.items()}
 
 
-def tau_by_position(beta, k):
+def tau_by_position(beta: npt.ArrayLike, k: int) -> float:
     """Tokens per verify from per-position acceptance beta_t along a text (chains started at every t):
 
         tau = mean_t [1 + sum_{j=1..K} prod_{i<j} beta_{t+i}].
 
     Equals E(alpha, K) when beta is constant; with real text, easy and hard tokens cluster,
-    so tau differs from E(mean beta, K) -- this measures by how much.
+    so tau differs from E(mean beta, K) -- this measures by how much. ``beta``: (T,).
     """
     beta = np.asarray(beta, dtype=float)
     k = check_k(k)
@@ -76,26 +77,7 @@ def tau_by_position(beta, k):
     return float(1 + runs.sum(axis=1).mean())
 
 
-def alpha_for_speedup(speedup, k, c, r=1.0):
-    """The least alpha in [0, 1] with E(alpha, K) / (K c + r) >= ``speedup``: the scalar form of
-    ``theory.alpha_for_speedup`` (the one inverse), as the policy's thresholds are numbers.
-
-    r is the cost of a verify round beyond the drafts, in plain decoding steps (1 in the
-    formula of Leviathan et al.; measured, it also holds the verify's extra tokens and the
-    loop's own work). ``alpha_for_speedup(1, k, c) == breakeven_alpha(k, c)``. Speedups between
-    1/(Kc+r) and (K+1)/(Kc+r) are reached at some alpha; below that range every alpha reaches
-    them (returns 0.0), above it none does (returns inf: a threshold no estimate can pass).
-    """
-    k = check_k(k)
-    check_c(c)
-    if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
-        raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
-    if not np.isscalar(speedup) or not np.isfinite(speedup) or speedup <= 0:
-        raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
-    return float(theory.alpha_for_speedup(speedup, k, c, r))
-
-
-def breakeven_temperature(temperatures, alphas, c, k=None):
+def breakeven_temperature(temperatures: npt.ArrayLike, alphas: npt.ArrayLike, c: float, k: int | None = None) -> float:
     """The lowest temperature T at which speculation stops paying, from a measured alpha(T).
 
     alpha(T) is interpolated linearly between the measured points. With ``k`` given the
@@ -113,8 +95,7 @@ def breakeven_temperature(temperatures, alphas, c, k=None):
         raise ValueError(f"temperatures and alphas must have the same length, got {len(t)} and {len(a)}")
     if np.any(t < 0) or np.any(np.diff(t) <= 0):
         raise ValueError(f"temperatures must be >= 0 and strictly increasing, got {temperatures!r}")
-    if np.any(a < 0) or np.any(a > 1):
-        raise ValueError(f"alphas must lie in [0, 1], got {alphas!r}")
+    check_unit(alphas, "alphas")
     check_c(c)
     if k is not None:
         k = check_k(k)
@@ -131,7 +112,7 @@ def breakeven_temperature(temperatures, alphas, c, k=None):
     return float(t[i - 1] + w * (t[i] - t[i - 1]))
 
 
-def alpha_mle(accepted, rejected):
+def alpha_mle(accepted: npt.ArrayLike, rejected: npt.ArrayLike) -> float:
     """Per-token acceptance from rounds: sum(accepted) / (sum(accepted) + sum(rejected)).
 
     Each round judges its accepted drafts (successes) and at most one rejected draft

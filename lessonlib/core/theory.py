@@ -16,16 +16,24 @@ All functions broadcast over numpy arrays.
 """
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
+import numpy.typing as npt
 
-from lessonlib.core.validate import check_alpha as _alpha, check_c as _c, check_ks as _k
+from lessonlib.core.validate import (check_alpha as _alpha, check_c as _c, check_int, check_ks as _k, check_positive,
+                                     check_rng)
+
+# Each function takes scalars or arrays (broadcast together) and returns a float for all-scalar
+# input, else an array of the broadcast shape.
+Result: TypeAlias = "float | np.ndarray"
 
 
-def _scalar(x):
+def _scalar(x: np.ndarray) -> Result:
     return float(x) if np.ndim(x) == 0 else x
 
 
-def _tokens(a, k):
+def _tokens(a: np.ndarray, k: np.ndarray) -> np.ndarray:
     """(1 - a^(k+1)) / (1 - a), written with expm1/log so it stays accurate as a -> 1."""
     with np.errstate(divide="ignore", invalid="ignore"):
         log_a = np.log(a)
@@ -33,25 +41,25 @@ def _tokens(a, k):
     return np.where(a == 1, k + 1.0, np.where(a == 0, 1.0, e))
 
 
-def expected_tokens_per_verify(alpha, k):
+def expected_tokens_per_verify(alpha: npt.ArrayLike, k: npt.ArrayLike) -> Result:
     """E = (1 - alpha^(k+1)) / (1 - alpha) = 1 + alpha + ... + alpha^k: the accepted prefix
     plus the one token the target adds (k + 1 at alpha = 1)."""
     return _scalar(_tokens(_alpha(alpha), _k(k)))
 
 
-def wall_time_per_token(alpha, k, c):
+def wall_time_per_token(alpha: npt.ArrayLike, k: npt.ArrayLike, c: npt.ArrayLike) -> Result:
     """(k c + 1) / E, in units of one target forward pass (plain decoding costs 1)."""
     a, kk, cc = _alpha(alpha), _k(k), _c(c)
     return _scalar((kk * cc + 1) / _tokens(a, kk))
 
 
-def expected_speedup(alpha, k, c):
+def expected_speedup(alpha: npt.ArrayLike, k: npt.ArrayLike, c: npt.ArrayLike) -> Result:
     """E / (k c + 1): speedup over plain decoding (Leviathan et al. Thm 3.8)."""
     a, kk, cc = _alpha(alpha), _k(k), _c(c)
     return _scalar(_tokens(a, kk) / (kk * cc + 1))
 
 
-def optimal_k(alpha, c, k_max: int = 32):
+def optimal_k(alpha: npt.ArrayLike, c: npt.ArrayLike, k_max: int = 32) -> int | np.ndarray:
     """The integer K in 1..k_max with the largest expected_speedup(alpha, K, c) (smallest
     K on ties); broadcasts over alpha and c."""
     a, cc = _alpha(alpha), _c(c)
@@ -60,14 +68,8 @@ def optimal_k(alpha, c, k_max: int = 32):
     return int(best) if best.ndim == 0 else best
 
 
-def _positive(x, name, what):
-    a = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(a)) or (a <= 0).any():
-        raise ValueError(f"{name} must be {what}, got {x!r}")
-    return a
-
-
-def alpha_for_speedup(speedup, k, c, r=1.0):
+def alpha_for_speedup(speedup: npt.ArrayLike, k: npt.ArrayLike, c: npt.ArrayLike,
+                      r: npt.ArrayLike = 1.0) -> Result:
     """The least alpha in [0, 1] with E(alpha, k) / (k c + r) >= ``speedup``: the one inverse
     of E and of the speedup (bisection, 60 halvings: exact to float precision; broadcasts).
 
@@ -78,8 +80,8 @@ def alpha_for_speedup(speedup, k, c, r=1.0):
     Special cases: ``alpha_for_speedup(1, k, c)`` is ``breakeven_alpha(k, c)``;
     ``alpha_for_speedup(tau, k, 0)`` inverts tau = E(alpha, k) (an engine's mean accepted length).
     """
-    s = _positive(speedup, "speedup", "a finite number > 0")
-    rr = _positive(r, "r", "a finite number > 0 (target forward over k + 1 tokens / one-token step)")
+    s = check_positive(speedup, "speedup")
+    rr = check_positive(r, "r", "a finite number > 0 (target forward over k + 1 tokens / one-token step)")
     kk, cc = _k(k), _c(c)
     goal = s * (kk * cc + rr)  # the E(alpha, k) the speedup needs
     kk, goal = np.broadcast_arrays(kk, goal)
@@ -91,7 +93,7 @@ def alpha_for_speedup(speedup, k, c, r=1.0):
     return _scalar(np.where(goal <= 1, 0.0, np.where(goal > kk + 1, np.inf, hi)))
 
 
-def breakeven_alpha(k, c):
+def breakeven_alpha(k: npt.ArrayLike, c: npt.ArrayLike) -> Result:
     """The alpha where expected_speedup(alpha, k, c) == 1, i.e. E(alpha, k) = k c + 1.
     E rises from 1 (alpha 0) to k + 1 (alpha 1), so the root is unique: 0 for c = 0,
     1 for c = 1, NaN for c > 1 (no alpha pays). ``alpha_for_speedup(1, k, c)``."""
@@ -99,14 +101,12 @@ def breakeven_alpha(k, c):
     return _scalar(np.where(cc > 1, np.nan, alpha_for_speedup(1.0, kk, cc)))
 
 
-def simulate_tokens_per_verify(alpha, k, n_rounds: int, rng: np.random.Generator) -> np.ndarray:
+def simulate_tokens_per_verify(alpha: float, k: int, n_rounds: int, rng: np.random.Generator) -> np.ndarray:
     """Monte-Carlo counterpart of E: ``n_rounds`` rounds, each accepting its k drafts
     independently with probability alpha up to the first rejection. Returns the tokens
     emitted per round (accepted prefix + 1), shape (n_rounds,); ``.mean()`` estimates E."""
     a, kk = float(_alpha(alpha)), int(_k(k))
-    if int(n_rounds) != n_rounds or n_rounds < 1:
-        raise ValueError(f"n_rounds must be an integer >= 1, got {n_rounds}")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
-    accepted = rng.random((int(n_rounds), kk)) < a
+    n_rounds = check_int(n_rounds, "n_rounds", minimum=1)
+    check_rng(rng)
+    accepted = rng.random((n_rounds, kk)) < a
     return np.cumprod(accepted, axis=1).sum(axis=1) + 1

@@ -15,11 +15,22 @@ notebooks, checks and tests run the generic loops on:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from lessonlib.core.sampling import softmax
-from lessonlib.core.validate import check_int, check_probs, check_rng, check_temperature, check_token_ids
+from lessonlib.core.validate import (check_int, check_interval, check_positive_number, check_probs, check_rng,
+                                     check_temperature, check_token_ids, check_token_sequence)
+
+
+class LanguageModel(Protocol):
+    """The course's model protocol: row i of ``logits(tokens)`` (len(tokens), V) holds the
+    next-token logits after ``tokens[: i + 1]``."""
+
+    def logits(self, tokens: Sequence[int]) -> np.ndarray: ...
 
 
 class NgramLM:
@@ -30,7 +41,7 @@ class NgramLM:
     the first token, so an order-2 model's first row is ``table[pad, tokens[0]]``.
     """
 
-    def __init__(self, table, pad: int = 0):
+    def __init__(self, table: npt.ArrayLike, pad: int = 0):
         table = np.asarray(table, dtype=np.float64)
         if table.ndim < 2 or len(set(table.shape)) != 1:
             raise ValueError(f"table must have shape (V,) * order + (V,) with order >= 1, got {table.shape}")
@@ -42,20 +53,19 @@ class NgramLM:
         with np.errstate(divide="ignore"):  # a zero-probability token has logit -inf
             self.log_table = np.log(table)
 
-    def logits(self, tokens) -> np.ndarray:
-        t = check_token_ids(tokens, self.vocab_size, "tokens")
-        if t.ndim != 1 or t.size == 0:
-            raise ValueError(f"tokens must be a non-empty 1-D sequence of token ids, got shape {t.shape}")
+    def logits(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(len(tokens), V) next-token logits, row i after ``tokens[: i + 1]``."""
+        t = check_token_sequence(tokens, self.vocab_size, "tokens")
         padded = np.concatenate([np.full(self.order - 1, self.pad, dtype=np.int64), t])
         # row i's context: padded[i : i + order], the last ``order`` tokens up to tokens[i]
         context = np.stack([padded[j : j + len(t)] for j in range(self.order)])
         return self.log_table[tuple(context)]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"NgramLM(vocab_size={self.vocab_size}, order={self.order})"
 
 
-def markov(transition) -> NgramLM:
+def markov(transition: npt.ArrayLike) -> NgramLM:
     """Order-1 model: ``transition[a, b]`` = P(next = b | last = a)."""
     return NgramLM(transition)
 
@@ -64,8 +74,7 @@ def random_ngram(vocab_size: int, order: int, rng: np.random.Generator, concentr
     """Every row drawn from Dirichlet(concentration): small concentration -> peaked rows."""
     V, n = check_int(vocab_size, "vocab_size", 2), check_int(order, "order", 1)
     rng = check_rng(rng)
-    if not concentration > 0:
-        raise ValueError(f"concentration must be a number > 0, got {concentration!r}")
+    check_positive_number(concentration, "concentration")
     return NgramLM(rng.dirichlet(np.full(V, float(concentration)), size=(V,) * n))
 
 
@@ -73,12 +82,12 @@ def mix(a: NgramLM, b: NgramLM, weight: float) -> NgramLM:
     """The model with table (1 - weight) a + weight b (a draft: a noisy copy of a target)."""
     if a.table.shape != b.table.shape:
         raise ValueError(f"a and b must have the same table shape, got {a.table.shape} and {b.table.shape}")
-    if not 0 <= weight <= 1:
-        raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
+    check_interval(weight, "weight", "[0, 1]")
     return NgramLM((1 - weight) * a.table + weight * b.table, pad=a.pad)
 
 
-def continuation_law(model, prompt, length: int, temperature: float = 1.0) -> np.ndarray:
+def continuation_law(model: LanguageModel, prompt: Sequence[int], length: int,
+                     temperature: float = 1.0) -> np.ndarray:
     """P(next ``length`` tokens = s | prompt) under sampling at ``temperature``, for every s:
     an array of shape (V,) * length, from one ``model.logits`` call per prefix (V^d prefixes
     at depth d, so keep V and length small)."""

@@ -19,110 +19,21 @@ come before their children, so a node's index is also a valid topological order.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from lessonlib.core.sampling import inverse_cdf
-from lessonlib.core.validate import check_probs, check_rng, check_token_ids
+from lessonlib.core.tree_structure import (ancestor_closure, check_parents, retrieve_paths, subtree,  # noqa: F401
+                                           tree_attention_mask, tree_depth, tree_position_ids, with_root)
+from lessonlib.core.validate import check_int, check_interval, check_probs, check_rng, check_token_ids
 
-
-# ----------------------------------------------------------------------------- structure
-
-def check_parents(parents) -> np.ndarray:
-    """``parents`` as an int64 array, after checking -1 <= parents[i] < i for every node."""
-    arr = np.asarray(parents)
-    if arr.ndim != 1:
-        raise ValueError(f"parents must be a 1-D sequence of ints, got shape {arr.shape}")
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"parents must hold integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = np.flatnonzero((arr < -1) | (arr >= np.arange(len(arr))))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"parents[{i}] = {arr[i]}: a parent must be -1 or an earlier node index (< {i})")
-    return arr
-
-
-def tree_attention_mask(parents) -> np.ndarray:
-    """Bool (N, N) mask: ``mask[i, j]`` is true iff j == i or j is an ancestor of i.
-
-    Built one generation at a time: row i gets parent(i), then parent(parent(i)), ... so the
-    work is O(depth) vectorised steps, not a Python loop over nodes.
-    """
-    parents = check_parents(parents)
-    n = len(parents)
-    mask = np.eye(n, dtype=bool)
-    rows = np.arange(n)
-    up = parents.copy()
-    while True:
-        alive = up >= 0
-        if not alive.any():
-            return mask
-        mask[rows[alive], up[alive]] = True
-        up[alive] = parents[up[alive]]
-
-
-def tree_depth(parents) -> np.ndarray:
-    """Depth of every node: 0 for children of the context, parent's depth + 1 otherwise."""
-    return tree_attention_mask(parents).sum(1) - 1
-
-
-def tree_position_ids(parents, prefix_len: int = 0) -> np.ndarray:
-    """Position ids of the nodes in the verification forward: ``prefix_len + depth``.
-
-    Siblings share a position: each node must look to the model exactly as if it were the
-    next token after its own root-to-node path.
-    """
-    if int(prefix_len) != prefix_len or prefix_len < 0:
-        raise ValueError(f"prefix_len must be an int >= 0, got {prefix_len}")
-    return int(prefix_len) + tree_depth(parents)
-
-
-def with_root(parents) -> np.ndarray:
-    """Parents of the same tree with an explicit root node 0 (the last committed token).
-
-    The verification forward feeds that token first, so its logits give the target's
-    distribution for the depth-0 nodes; node i of the tree becomes node i + 1.
-    """
-    parents = check_parents(parents)
-    return np.concatenate([[-1], np.where(parents < 0, 0, parents + 1)])
-
-
-def retrieve_paths(parents) -> np.ndarray:
-    """(L, D) node indices of every root-to-leaf path, one row per leaf (in index order),
-    padded with -1 on the right; D = depth of the deepest node + 1."""
-    mask = tree_attention_mask(parents)
-    n = len(mask)
-    if n == 0:
-        return np.zeros((0, 0), dtype=np.int64)
-    depth = mask.sum(1) - 1
-    leaves = np.flatnonzero(~np.isin(np.arange(n), check_parents(parents)))
-    out = np.full((len(leaves), int(depth.max()) + 1), -1, dtype=np.int64)
-    rows, cols = np.nonzero(mask[leaves])
-    out[rows, depth[cols]] = cols
-    return out
-
-
-def ancestor_closure(parents, nodes) -> np.ndarray:
-    """Sorted indices of ``nodes`` and all their ancestors."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    return np.flatnonzero(tree_attention_mask(parents)[nodes].any(0))
-
-
-def subtree(parents, keep) -> np.ndarray:
-    """Parents array of the nodes ``keep`` (sorted, closed under ancestors), renumbered."""
-    parents = check_parents(parents)
-    keep = np.asarray(keep, dtype=np.int64)
-    if np.any(np.diff(keep) <= 0):
-        raise ValueError("keep must be sorted node indices without repeats")
-    new_index = np.full(len(parents), -1)
-    new_index[keep] = np.arange(len(keep))
-    up = parents[keep]
-    if np.any((up >= 0) & (new_index[np.maximum(up, 0)] < 0)):
-        raise ValueError("keep must be closed under ancestors (a kept node's parent was dropped)")
-    return np.where(up >= 0, new_index[np.maximum(up, 0)], -1)
+# expand(parents (N,), tokens (N,), nodes (M,)) -> (M, V) draft log-probabilities (see "drafting")
+Expand: TypeAlias = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# what every drafting rule returns: parents (N,), tokens (N,), score (N,)
+Drafted: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 # ----------------------------------------------------------------------------- drafting
@@ -131,26 +42,27 @@ def subtree(parents, keep) -> np.ndarray:
 #     expand(parents, tokens, nodes) -> (len(nodes), V) draft log-probabilities
 # giving the draft's next-token log-probs after each node in ``nodes`` (-1 = after the
 # committed context) of the tree drafted so far. A chain draft model, the EAGLE head and
-# Medusa heads each supply one (lessonlib.decode_tree), so the rules stay model-free.
+# Medusa heads each supply one (``lessonlib.decoding.drafters``), so the rules stay model-free.
 # Each rule returns (parents, tokens, score): score = cumulative draft log-probability of
 # the node's root-to-node path.
 
-def choices_from_branching(branching) -> list[tuple[int, ...]]:
+def choices_from_branching(branching: Sequence[int]) -> list[tuple[int, ...]]:
     """Static tree as Medusa/EAGLE "choices": every path of top-k ranks, e.g. (3, 2, 2) ->
     [(0,), (1,), (2,), (0, 0), (0, 1), ..., (2, 1, 1)] (3 + 6 + 12 = 21 nodes)."""
-    branching = [int(b) for b in branching]
-    if not branching or min(branching) < 1:
+    branching = [check_int(b, "branching", minimum=1) for b in branching]
+    if not branching:
         raise ValueError(f"branching must be a non-empty list of ints >= 1, got {branching}")
-    paths, level = [], [()]
+    paths: list[tuple[int, ...]] = []
+    level: list[tuple[int, ...]] = [()]
     for b in branching:
         level = [path + (r,) for path in level for r in range(b)]
         paths += level
     return paths
 
 
-def tree_from_choices(choices):
-    """(parents, ranks) of a static tree given as paths of top-k ranks; nodes ordered by depth,
-    then lexicographically. Every prefix of a path must itself be a path."""
+def tree_from_choices(choices: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(parents (N,), ranks (N,)) of a static tree given as paths of top-k ranks; nodes
+    ordered by depth, then lexicographically. Every prefix of a path must itself be a path."""
     paths = sorted({tuple(int(r) for r in c) for c in choices}, key=lambda c: (len(c), c))
     if not paths or min(len(c) for c in paths) < 1 or min(min(c) for c in paths) < 0:
         raise ValueError("choices must be non-empty paths of ranks >= 0")
@@ -162,7 +74,7 @@ def tree_from_choices(choices):
     return parents, np.array([c[-1] for c in paths], dtype=np.int64)
 
 
-def _top(rows, k):
+def _top(rows: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest entries of every row, largest first (ties: lower index).
 
     argpartition finds the candidates in O(V); only when a tie straddles the k-th place does
@@ -182,19 +94,20 @@ def _top(rows, k):
 
 
 @functools.lru_cache(maxsize=64)
-def _static_structure(choices):
+def _static_structure(choices: tuple[tuple[int, ...], ...]) \
+        -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """(parents, ranks, levels) of a static tree, cached: drafting reuses it every round.
     levels[d] = (nodes at depth d, their distinct parents, each node's row among those)."""
     parents, ranks = tree_from_choices(choices)
     depth = tree_depth(parents)
-    levels = []
+    levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for d in range(int(depth.max()) + 1):
         level = np.flatnonzero(depth == d)
         levels.append((level, *np.unique(parents[level], return_inverse=True)))
     return parents, ranks, levels
 
 
-def draft_static(expand, choices):
+def draft_static(expand: Expand, choices: Iterable[Sequence[int]]) -> Drafted:
     """Static tree: node with rank r is its parent's r-th most likely draft token."""
     parents, ranks, levels = _static_structure(tuple(tuple(int(r) for r in c) for c in choices))
     tokens = np.full(len(parents), -1, dtype=np.int64)
@@ -207,18 +120,17 @@ def draft_static(expand, choices):
     return parents.copy(), tokens, score  # the structure is cached: hand out a copy
 
 
-def draft_topk(expand, branching):
+def draft_topk(expand: Expand, branching: Sequence[int]) -> Drafted:
     """Static top-k tree, e.g. branching (3, 2, 2): 3 children of the context, 2 under each."""
     return draft_static(expand, choices_from_branching(branching))
 
 
-def draft_top_p(expand, top_p, depth, max_children=4):
+def draft_top_p(expand: Expand, top_p: float, depth: int, max_children: int = 4) -> Drafted:
     """Top-p branching: under every node keep the most likely children until their cumulative
     draft probability reaches ``top_p`` (at least 1, at most ``max_children``), ``depth`` levels."""
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if depth < 1 or max_children < 1:
-        raise ValueError(f"depth and max_children must be >= 1, got {depth}, {max_children}")
+    check_interval(top_p, "top_p", "(0, 1]")
+    depth = check_int(depth, "depth", minimum=1)
+    max_children = check_int(max_children, "max_children", minimum=1)
     parents, tokens, score = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     frontier, frontier_score = np.array([-1]), np.zeros(1)
     for _ in range(depth):
@@ -235,7 +147,7 @@ def draft_top_p(expand, top_p, depth, max_children=4):
     return parents, tokens, score
 
 
-def keep_best(parents, score, n):
+def keep_best(parents: npt.ArrayLike, score: npt.ArrayLike, n: int) -> np.ndarray:
     """Sorted indices of the ``n`` best nodes by score, closed under ancestors.
 
     Ranks by (score desc, depth asc, index asc). A child never scores above its parent
@@ -247,12 +159,13 @@ def keep_best(parents, score, n):
     return np.sort(order[:n])
 
 
-def draft_dynamic(expand, depth, top_k, total):
+def draft_dynamic(expand: Expand, depth: int, top_k: int, total: int) -> Drafted:
     """EAGLE-2 dynamic tree: at every depth expand the ``top_k`` most likely frontier nodes
     (by cumulative draft log-prob) into their ``top_k`` children each; finally keep the best
     ``total`` of all candidates, closed under ancestors."""
-    if depth < 1 or top_k < 1 or total < 1:
-        raise ValueError(f"depth, top_k and total must be >= 1, got {depth}, {top_k}, {total}")
+    depth = check_int(depth, "depth", minimum=1)
+    top_k = check_int(top_k, "top_k", minimum=1)
+    total = check_int(total, "total", minimum=1)
     parents, tokens, score = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     frontier, frontier_score = np.array([-1]), np.zeros(1)
     for _ in range(depth):
@@ -272,7 +185,8 @@ def draft_dynamic(expand, depth, top_k, total):
 
 # ----------------------------------------------------------------------------- verification
 
-def _check_tree(parents, tokens, rows, name, vocab_size=None):
+def _check_tree(parents: npt.ArrayLike, tokens: npt.ArrayLike, rows: npt.ArrayLike, name: str,
+                vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """parents, tokens (integer ids in [0, vocab_size), or >= 0 when the vocabulary is not
     known) and N + 1 rows."""
     parents = check_parents(parents)
@@ -291,8 +205,9 @@ def _check_tree(parents, tokens, rows, name, vocab_size=None):
     return parents, tokens, rows
 
 
-def verify_tree_greedy(parents, tokens, target_argmax):
-    """Greedy tree verification (T = 0).
+def verify_tree_greedy(parents: npt.ArrayLike, tokens: npt.ArrayLike,
+                       target_argmax: npt.ArrayLike) -> tuple[list[int], list[int]]:
+    """Greedy tree verification (T = 0). ``parents``, ``tokens``: (N,); ``target_argmax``: (N + 1,).
 
     ``target_argmax[0]`` is the target's argmax after the committed context and
     ``target_argmax[i + 1]`` its argmax after node i. A node is accepted iff it and every
@@ -312,27 +227,29 @@ def verify_tree_greedy(parents, tokens, target_argmax):
     return path.tolist(), tokens[path].tolist() + [int(target_argmax[best + 1])]
 
 
-def _children(parents):
+def _children(parents: np.ndarray) -> list[np.ndarray]:
     """children[node + 1] = node's children in index order (the sibling order of the rule)."""
     order = np.argsort(parents, kind="stable")
     return np.split(order, np.searchsorted(parents[order], np.arange(len(parents))))
 
 
-def verify_tree(parents, tokens, p_rows, rng):
+def verify_tree(parents: npt.ArrayLike, tokens: npt.ArrayLike, p_rows: npt.ArrayLike,
+                rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """Stochastic tree verification with deterministic sibling candidates (T > 0).
 
     At a node with target distribution p and children c1..cm (index order): accept ci with
     probability p_i(ci); on rejection zero ci and renormalise (p_{i+1}); accepted -> continue
     at ci with its own row; all rejected (or a leaf) -> sample the last token from what is
     left. The emitted tokens are then exactly distributed as the target's own sampling.
-    ``p_rows[0]`` is the target distribution after the context, ``p_rows[i + 1]`` after
-    node i. Returns (path, emitted) like ``verify_tree_greedy``.
+    ``p_rows`` (N + 1, V): ``p_rows[0]`` is the target distribution after the context,
+    ``p_rows[i + 1]`` after node i. Returns (path, emitted) like ``verify_tree_greedy``.
     """
     p_rows = check_probs(p_rows, "p_rows", ndim=(2,))
     parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows", p_rows.shape[-1])
     check_rng(rng)
     children = _children(parents)
-    node, path = -1, []
+    node = -1
+    path: list[int] = []  # the accepted nodes so far, root first
     while True:
         p = p_rows[node + 1].copy()
         for c in children[node + 1]:
@@ -346,15 +263,17 @@ def verify_tree(parents, tokens, p_rows, rng):
         node = path[-1]
 
 
-def tree_output_distribution(parents, tokens, p_rows) -> dict:
+def tree_output_distribution(parents: npt.ArrayLike, tokens: npt.ArrayLike,
+                             p_rows: npt.ArrayLike) -> dict[tuple[int, ...], float]:
     """Exact distribution of ``verify_tree``'s emitted tokens, by enumerating its branches:
-    {tuple(emitted tokens): probability}. For tests and the notebook (small vocabularies)."""
+    {tuple(emitted tokens): probability}. ``p_rows``: (N + 1, V) as in ``verify_tree``. For
+    tests and the notebook (small vocabularies)."""
     p_rows = check_probs(p_rows, "p_rows", ndim=(2,))
     parents, tokens, p_rows = _check_tree(parents, tokens, p_rows, "p_rows", p_rows.shape[-1])
     children = _children(parents)
-    out = {}
+    out: dict[tuple[int, ...], float] = {}
 
-    def walk(node, prefix, prob):
+    def walk(node: int, prefix: tuple[int, ...], prob: float) -> None:
         p, stay = p_rows[node + 1].copy(), 1.0  # stay = P(every sibling so far rejected)
         for c in children[node + 1]:
             accept = p[tokens[c]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from lessonlib.core.validate import check_int
 from lessonlib.course.plots import COLORS
 
 ACCEPT, REJECT, BONUS = "tab:green", "tab:red", "tab:purple"
@@ -37,8 +38,7 @@ def round_timeline(k: int = 4, accepted: int = 2, c: float = 0.1, r: float = 1.2
     K draft steps of cost c, one target pass over K + 1 positions of cost r, the accept/reject
     outcome per draft, the correction (or bonus) token, and the KV rollback of the rejected
     suffix. ``accepted`` (0..K) drafts pass; K means the bonus token is taken."""
-    if not 0 <= accepted <= k:
-        raise ValueError(f"accepted must be in [0, k={k}], got {accepted}")
+    accepted = check_int(accepted, "accepted", minimum=0, maximum=k)  # 0..K drafts pass
     ax = _axes(ax, (9, 2.6))
     for j in range(k):  # the draft steps, one after another
         _box(ax, j * c, 2.0, c * 0.95, 0.6, f"q{j + 1}" if c * 9 > 0.25 else "", COLORS["q"])
@@ -56,7 +56,8 @@ def round_timeline(k: int = 4, accepted: int = 2, c: float = 0.1, r: float = 1.2
             color, text = "0.85", "bonus slot unused"
         else:
             color, text = "0.85", f"x{j + 1} dropped"
-        _box(ax, j * slot, 1.0, slot * 0.95, 0.6, text, color, fontsize=7, text_color="black" if color == "0.85" else "white")
+        _box(ax, j * slot, 1.0, slot * 0.95, 0.6, text, color, fontsize=7,
+             text_color="black" if color == "0.85" else "white")
     kept = accepted + 1
     ax.text(0, 0.55, f"emitted this round: {kept} token{'s' if kept > 1 else ''} for one target pass; "
             f"the KV caches roll back the {k - accepted} rejected position{'s' if k - accepted != 1 else ''} "
@@ -65,7 +66,8 @@ def round_timeline(k: int = 4, accepted: int = 2, c: float = 0.1, r: float = 1.2
     ax.text(end, 0.05, f"time: K·c + r = {k * c + r:.2f} target steps", ha="right", fontsize=8, color="0.3")
     ax.set_xlim(-0.05, end + 0.05)
     ax.set_ylim(0, 2.8)
-    ax.set_title(f"One speculative round, K = {k}: draft, verify in one pass, accept a prefix, correct, roll back", fontsize=9)
+    ax.set_title(f"One speculative round, K = {k}: draft, verify in one pass, accept a prefix, correct, roll back",
+                 fontsize=9)
     return ax
 
 
@@ -90,8 +92,8 @@ def feature_drafter_flow(kind: str = "eagle", ax=None):
             _arrow(ax, (2.9, 2.42 - 0.45 * i), (3.1, 1.85))
         feat_end = 4.0
     else:
-        _box(ax, 1.9, 1.6, 1.3, 0.5, "h: top feature" if kind == "eagle" else "h⁰: top feature", COLORS["p"], alpha=0.55,
-             text_color="black")
+        _box(ax, 1.9, 1.6, 1.3, 0.5, "h: top feature" if kind == "eagle" else "h⁰: top feature", COLORS["p"],
+             alpha=0.55, text_color="black")
         _arrow(ax, (1.6, 1.85), (1.9, 1.85))
         feat_end = 3.2
     _box(ax, 1.9, 0.5, 1.3, 0.5, "embedding of\nthe next token", "0.6")
@@ -101,7 +103,8 @@ def feature_drafter_flow(kind: str = "eagle", ax=None):
     _arrow(ax, (3.2, 0.75), (feat_end + 0.3, 1.2))
     _box(ax, feat_end + 1.9, 1.0, 1.1, 0.7, "one decoder\nblock", "0.25")
     _arrow(ax, (feat_end + 1.6, 1.35), (feat_end + 1.9, 1.35))
-    head = "target's LM head\n(shared here; the\npaper's has its own)" if kind == "eagle3" else "target's LM head\n(shared)"
+    head = ("target's LM head\n(shared here; the\npaper's has its own)" if kind == "eagle3"
+            else "target's LM head\n(shared)")
     _box(ax, feat_end + 3.3, 1.0, 1.3, 0.7, head, COLORS["p"], fontsize=7 if kind == "eagle3" else 8)
     _arrow(ax, (feat_end + 3.0, 1.35), (feat_end + 3.3, 1.35))
     _box(ax, feat_end + 4.9, 1.0, 1.0, 0.7, "draft tokens\n→ tree", COLORS["q"])

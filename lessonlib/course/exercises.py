@@ -122,7 +122,7 @@ def out_of_date(root: pathlib.Path = ROOT, names=()) -> list[str]:
 
 def stale(planned: dict, root: pathlib.Path, no_source: str, differs: str) -> list[str]:
     """The generated files of a ``plan`` ({path: expected text, or None for an orphan}) that are
-    orphaned, missing or differ from what the generator would write; shared with ``translate``."""
+    orphaned, missing or differ from what the generator would write; shared with the Persian build (``persian``)."""
     problems = []
     for path, text in planned.items():
         rel = path.relative_to(root).as_posix()

@@ -156,7 +156,8 @@ def draft_tree(parents, labels, accepted=(), ax=None, title: str | None = None, 
     for i, p in enumerate(parents):
         px, py = (depth[p], y[p]) if p >= 0 else (-1, root_y)
         on_path = i in accepted and (p < 0 or p in accepted)
-        ax.plot([px, depth[i]], [py, y[i]], color="tab:green" if on_path else "0.75", lw=2.5 if on_path else 1, zorder=1)
+        ax.plot([px, depth[i]], [py, y[i]], color="tab:green" if on_path else "0.75", lw=2.5 if on_path else 1,
+                zorder=1)
     box = dict(boxstyle="round,pad=0.25", fc="white", ec="0.4")
     ax.text(-1, root_y, root_label, ha="center", va="center", bbox=dict(box, fc="0.9"), fontsize=9, zorder=2)
     for i, label in enumerate(labels):
@@ -177,7 +178,8 @@ def kinds_speedups(rows, ax=None):
     settings = [(r["kind"], r["shape"], r["method"]) for r in rows if r["kind"] != "plain" and r["temperature"] == 0]
     x = np.arange(len(settings))
     for offset, t, color in ((-0.2, 0.0, "tab:blue"), (0.2, 1.0, "tab:orange")):
-        cells = [next(r for r in rows if r["method"] == m and r["temperature"] == t)["spread"]["speedup"] for _, _, m in settings]
+        cells = [next(r for r in rows if r["method"] == m and r["temperature"] == t)["spread"]["speedup"]
+                 for _, _, m in settings]
         med = np.array([s["median"] for s in cells])
         err = np.array([[m - s["q25"] for m, s in zip(med, cells)], [s["q75"] - m for m, s in zip(med, cells)]])
         ax.bar(x + offset, med, 0.4, yerr=err, capsize=2, label=f"T = {t:g}", color=color)

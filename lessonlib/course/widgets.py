@@ -193,7 +193,8 @@ def tree_summary(report: dict, method: str) -> str:
         lines.append(f"tree of {row['mean_nodes']:.0f} nodes: one verify pass over {n:.0f} positions ≈ "
                      f"{near['tree_vs_one_token']:.2f}× a one-token pass (measured at {near['new_tokens']})")
         lines.append(f"drafting the tree costs {row['draft_cost_per_round']:.2f} verify passes per round")
-        lines.append("acceptance by depth: " + ", ".join("-" if a is None else f"{a:.2f}" for a in row["acceptance_by_depth"]))
+        lines.append("acceptance by depth: "
+                     + ", ".join("-" if a is None else f"{a:.2f}" for a in row["acceptance_by_depth"]))
     elif "alpha" in row:
         lines.append(f"chain: α = {row['alpha']:.2f}, measured c = {row['c']:.3f}")
     return "\n".join(lines)

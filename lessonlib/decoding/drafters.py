@@ -1,49 +1,162 @@
-"""Drafters: everything that proposes draft tokens to the tree loop (``tree_decode``).
+"""Drafters: everything that proposes draft tokens to a speculative round (``round``).
 
-Every draft kind implements the ``Drafter`` protocol -- a separate draft model
-(``ModelDrafter``), the EAGLE head on the target's features (``EagleDrafter``), Medusa heads
-(``MedusaDrafter``), and the draft-free and MTP drafters of later modules. A chain of K drafts
-is the tree whose branching is (1,) * K, so one loop runs them all.
+Every draft kind implements the ``Drafter`` protocol -- a separate draft model sampling a
+chain (``ChainDrafter``) or drafting a tree (``ModelDrafter``), the EAGLE head on the target's
+features (``EagleDrafter``), Medusa heads (``MedusaDrafter``), and the draft-free and MTP
+drafters of later modules. Tree drafters share ``RuleDrafter``: a drafting rule of
+``core.tree`` grows their tree through ``expand``; a chain of K is the tree whose branching is
+(1,) * K.
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from lessonlib.core import tree
+from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, softmax
+from lessonlib.core.validate import check_k
+from lessonlib.decoding.round import Ids, Proposal, Sampling, feed
+from lessonlib.decoding.timing import Timer, untimed
+
+if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thread policy
+    from lessonlib.models.gpt import GPT, KVCache
+    from lessonlib.models.heads import EagleHead, MedusaHeads
+
+# a drafting rule: rule(expand) -> (parents, tokens, score), e.g. functools.partial(tree.draft_topk, branching=...)
+Rule = Callable[..., tuple]
 
 
 @runtime_checkable
 class Drafter(Protocol):
-    """What the tree loop asks of a draft.
+    """Everything a speculative round reads of a draft.
 
     ``needs_features``: whether ``commit`` needs the target's hidden states (EAGLE, Medusa,
-    MTP); such drafters need a prompt of at least 2 tokens. An optional ``feature_layers``
-    (a tuple of block indices) asks for those blocks' outputs concatenated instead of the top
-    block's (EAGLE-3).
-    ``commit(seq, features)``: called once before the first round and after every round with
+    MTP); such drafters need a prompt of at least 2 tokens. ``feature_layers``: None for the
+    top block's output, or a tuple of block indices whose outputs are concatenated (EAGLE-3).
+    ``vocab_size``: the vocabulary its tokens come from (checked against the target's once,
+    before the first round), or None when its tokens are the target's by construction.
+    ``commit(seq, features, clock)``: called once after the prefill and after every round with
     the committed sequence (a list of token ids) and the target's hidden states at the
-    positions committed in that round (all but the last token's).
-    ``expand(parents, tokens, nodes) -> (len(nodes), V)``: draft log-probabilities after each
-    node in ``nodes`` of the current tree (``parents``/``tokens`` as in ``core.tree``; node -1
-    is the committed sequence). The drafting rules of ``core.tree`` call it.
+    positions committed in that round (all but the last token's; None unless
+    ``needs_features``).
+    ``propose(rule, sampling, rng, clock) -> Proposal``: the round's draft (``rule``: a drafting
+    rule of ``core.tree`` for tree drafters; None for a drafter with a rule of its own). A
+    drafter times its own work on ``clock`` as "draft".
     """
 
     needs_features: bool
+    feature_layers: tuple[int, ...] | None
+    vocab_size: int | None
 
-    def commit(self, seq: list[int], features) -> None: ...
+    def commit(self, seq: list[int], features: torch.Tensor | None, clock: Timer = untimed) -> None: ...
 
-    def expand(self, parents, tokens, nodes) -> np.ndarray: ...
+    def propose(self, rule: Rule | None, sampling: Sampling, rng: np.random.Generator | None,
+                clock: Timer = untimed) -> Proposal: ...
 
 
-def _log_probs(logits) -> np.ndarray:
+def log_probs(logits: torch.Tensor) -> np.ndarray:
+    """log softmax of draft logits ((..., V) torch) as float64 numpy ((..., V): the rows ``expand``
+    returns)."""
     return F.log_softmax(logits.double(), -1).cpu().numpy()
 
 
-class TreeDrafter:
+class ChainDrafter:
+    """A small GPT sampling a chain of ``k`` drafts from its own q, with its own KV cache
+    (Leviathan et al. 2023, Chen et al. 2023). The cache holds the committed sequence except
+    the tokens it has not been fed (``pending``), which the first draft step feeds.
+
+    ``propose`` samples at the sampling's draft temperature (default: the target's), greedily
+    at T <= 1e-5, and hands the round the q rows it sampled from (one-hot rows for a greedy
+    draft judged by a sampling target; none when both are greedy).
+    """
+
+    needs_features = False
+    feature_layers: tuple[int, ...] | None = None
+
+    def __init__(self, model: GPT, k: int) -> None:
+        self.model, self.k = model, check_k(k)
+        self.vocab_size: int | None = model.config.vocab_size  # typed as Drafter's: a settable member must match
+        self.cache = model.new_cache()
+        self.pending: list[int] = []
+
+    def commit(self, seq: list[int], features: torch.Tensor | None = None, clock: Timer = untimed) -> None:
+        """Roll the cache back to the committed sequence (it keeps what it was fed of it); an
+        empty cache is prefilled with all but the last token."""
+        self.cache.truncate(min(self.cache.length, len(seq) - 1))
+        if self.cache.length == 0 and len(seq) > 1:
+            clock("draft", feed, self.model, self.cache, seq[:-1], rows=1)
+        self.pending = list(seq[self.cache.length :])
+
+    def propose(self, rule: Rule | None, sampling: Sampling, rng: np.random.Generator | None,
+                clock: Timer = untimed) -> Proposal:
+        """k draft steps, each one forward of the draft (timed as "draft") and one token; the
+        proposal's q is (k, V) (or None: see the class)."""
+        if rule is not None:
+            raise ValueError("rule must be None for a ChainDrafter: its rule is k samples from q")
+        drafts: list[int]
+        q_rows: list[np.ndarray]  # (V,) each
+        tq, drafts, q_rows, pending = sampling.draft_t, [], [], self.pending
+        for _ in range(self.k):
+            logits = clock("draft", feed, self.model, self.cache, pending, rows=1)[0]  # (V,) float64
+            if tq <= GREEDY_TEMPERATURE:
+                drafts.append(int(np.argmax(logits)))
+                if not sampling.greedy:  # a sampling target needs the law the drafts came from: one-hot
+                    q_rows.append(softmax(logits, tq))
+            else:
+                q_rows.append(softmax(logits, tq))
+                drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(cast(np.random.Generator, rng).random()))))
+            pending = [drafts[-1]]
+        return Proposal.chain(drafts, np.stack(q_rows) if q_rows else None)
+
+
+class RuleDrafter:
+    """A drafter whose tree a drafting rule of ``core.tree`` grows through ``expand``.
+
+    Subclasses implement ``_commit(seq, features)`` and ``expand(parents, tokens, nodes) ->
+    (len(nodes), V)`` draft log-probabilities after each node (node -1 is the committed
+    sequence); the rule and the commit are timed as "draft".
+    """
+
+    needs_features = False
+    feature_layers: tuple[int, ...] | None = None
+    vocab_size: int | None = None
+
+    def commit(self, seq: list[int], features: torch.Tensor | None = None, clock: Timer = untimed) -> None:
+        clock("draft", self._commit, seq, features)
+
+    def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:
+        raise NotImplementedError
+
+    def propose(self, rule: Rule | None, sampling: Sampling | None, rng: np.random.Generator | None,
+                clock: Timer = untimed) -> Proposal:
+        """The tree ``rule(self.expand)`` drafts: deterministic candidates (no q)."""
+        if rule is None:
+            raise ValueError("rule must be a drafting rule of core.tree, e.g. "
+                             "functools.partial(tree.draft_topk, branching=(3, 2, 2))")
+        parents, tokens, _ = clock("draft", rule, self.expand)
+        return Proposal(np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64))
+
+    def expand(self, parents: Ids, tokens: Ids, nodes: Ids) -> np.ndarray:
+        """(len(nodes), V) draft log-probs after each node (``parents``, ``tokens``: (N,); ``nodes``: (M,))."""
+        raise NotImplementedError
+
+
+class NoDraft(RuleDrafter):
+    """Proposes nothing: a round with it is one plain decoding step (the one-token forward,
+    then the greedy token or a sample from the target's own p)."""
+
+    def _commit(self, seq: list[int], features: torch.Tensor | None = None) -> None:
+        pass
+
+    def propose(self, rule: Rule | None = None, sampling: Sampling | None = None,
+                rng: np.random.Generator | None = None, clock: Timer = untimed) -> Proposal:
+        return Proposal.chain([])
+
+
+class TreeDrafter(RuleDrafter):
     """What the model-based drafters share: their cache holds the committed sequence, then the
     tree nodes fed so far this round (``fed``, in cache order).
 
@@ -55,26 +168,38 @@ class TreeDrafter:
     ``new`` (nodes of one depth whose parents are fed; ``mask`` over [fed, new]).
     """
 
-    def _start_round(self, root_logq):
+    # set by the subclass (cache) and by ``_start_round`` at every commit
+    cache: KVCache
+    committed: int  # the cache's length after the commit: the committed sequence
+    fed: np.ndarray  # (n_fed,) int64: the tree nodes in the cache, in cache order
+    fed_tree: tuple[np.ndarray, np.ndarray]  # (parents, tokens) of the fed nodes, (n_fed,) each
+    logq: np.ndarray  # (1 + n_fed, V) float64
+    # _feed(parents (N,), tokens (N,), new (M,), mask (M, n_fed + M) bool, depth (M,)) -> (M, V) log-probs
+    _feed: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+    def _start_round(self, root_logq: np.ndarray) -> None:
+        """``root_logq``: (V,) draft log-probs after the committed sequence."""
         self.committed = self.cache.length
         self.fed = np.zeros(0, dtype=np.int64)
         self.fed_tree = (self.fed, self.fed)  # (parents, tokens) of the fed nodes, to spot a new tree
         self.logq = root_logq[None]  # row 0: after the committed sequence; row 1 + i: after fed[i]
 
-    def _forget_tree(self):
+    def _forget_tree(self) -> None:
         self.cache.truncate(self.committed)
         self.logq = self.logq[:1]
         self.fed = np.zeros(0, dtype=np.int64)
         self.fed_tree = (self.fed, self.fed)
 
-    def _fed_nodes_belong_to(self, parents, tokens) -> bool:
+    def _fed_nodes_belong_to(self, parents: np.ndarray, tokens: np.ndarray) -> bool:
         """Whether every fed node is a node of this tree (same index, parent and token)."""
-        return not len(self.fed) or (self.fed.max() < len(parents) and np.array_equal(parents[self.fed], self.fed_tree[0])
+        return not len(self.fed) or (self.fed.max() < len(parents)
+                                     and np.array_equal(parents[self.fed], self.fed_tree[0])
                                      and np.array_equal(tokens[self.fed], self.fed_tree[1]))
 
-    def expand(self, parents, tokens, nodes):
+    def expand(self, parents: Ids, tokens: Ids, nodes: Ids) -> np.ndarray:
         """(len(nodes), V) draft log-probs after each node of ``nodes`` (-1: after the committed sequence)."""
-        parents, tokens, nodes = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64), np.asarray(nodes)
+        parents, tokens = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64)  # (N,)
+        nodes = np.asarray(nodes)  # (M,)
         if not self._fed_nodes_belong_to(parents, tokens):
             self._forget_tree()
         fed = np.zeros(len(parents), dtype=bool)
@@ -87,18 +212,20 @@ class TreeDrafter:
             up = up[up >= 0]
         new = np.flatnonzero(need)
         if len(new):
-            mask = tree.tree_attention_mask(parents)
-            depth = mask.sum(1) - 1
+            mask = tree.tree_attention_mask(parents)  # (N, N) bool
+            depth = mask.sum(1) - 1  # (N,)
             for d in np.unique(depth[new]):  # one feed per depth: an EAGLE node's input is its parent's output
                 group = new[depth[new] == d]
                 cols = np.concatenate([self.fed, group])
-                self.logq = np.concatenate([self.logq, self._feed(parents, tokens, group, mask[np.ix_(group, cols)], depth[group])])
+                self.logq = np.concatenate(
+                    [self.logq, self._feed(parents, tokens, group, mask[np.ix_(group, cols)], depth[group])])
                 self.fed = cols
             self.fed_tree = (parents[self.fed], tokens[self.fed])
         return self.logq[self._rows(len(parents))[nodes]]
 
-    def _rows(self, n_nodes):
-        """node -> its row of ``logq`` (and of the EAGLE head's g); index -1 (the context) -> 0."""
+    def _rows(self, n_nodes: int) -> np.ndarray:
+        """node -> its row of ``logq`` (and of the EAGLE head's g); index -1 (the context) -> 0:
+        (n_nodes + 1,) int64."""
         row = np.zeros(n_nodes + 1, dtype=np.int64)
         row[self.fed] = np.arange(1, len(self.fed) + 1)
         return row
@@ -109,20 +236,22 @@ class ModelDrafter(TreeDrafter):
 
     needs_features = False
 
-    def __init__(self, model):
+    def __init__(self, model: GPT) -> None:
         self.model, self.cache, self.committed = model, model.new_cache(), 0
+        self.vocab_size = model.config.vocab_size
 
-    def commit(self, seq, features=None):
+    def _commit(self, seq: list[int], features: torch.Tensor | None = None) -> None:
         """Drop last round's tree and feed the committed tokens the cache lacks (at least the
         last one: its logits are the root's row)."""
         self.cache.truncate(min(self.committed, len(seq) - 1))
         idx = torch.as_tensor(seq[self.cache.length :], dtype=torch.long, device=self.model.device)
-        self._start_round(_log_probs(self.model(idx[None], cache=self.cache)[0, -1]))
+        self._start_round(log_probs(self.model(idx[None], cache=self.cache)[0, -1]))
 
-    def _feed(self, parents, tokens, new, mask, depth):
-        idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.model.device)
+    def _feed(self, parents: np.ndarray, tokens: np.ndarray, new: np.ndarray, mask: np.ndarray,
+              depth: np.ndarray) -> np.ndarray:
+        idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.model.device)  # (M,)
         positions = torch.as_tensor(self.committed + depth, device=self.model.device)
-        return _log_probs(self.model(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=self.cache)[0])
+        return log_probs(self.model(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=self.cache)[0])
 
 
 class EagleDrafter(TreeDrafter):
@@ -130,47 +259,53 @@ class EagleDrafter(TreeDrafter):
     the head's own output g at its parent (the root's g for depth 0)."""
 
     needs_features = True
+    g: torch.Tensor  # (1 + n_fed, C): the head's output at the root, then at each fed node
 
-    def __init__(self, head, target):
+    def __init__(self, head: EagleHead, target: GPT) -> None:
         self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
         self.feature_layers = getattr(head, "layers", None)  # EAGLE-3 reads fused low/middle/top features
 
-    def commit(self, seq, features):
-        """``features``: the target's hidden states at the last ``n`` committed positions but
-        the final one; each pairs with the token after it."""
+    def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:
+        """``features``: the target's hidden states ((n, C), or (n, len(layers) * C) for EAGLE-3)
+        at the last ``n`` committed positions but the final one; each pairs with the token after it."""
         self.cache.truncate(self.committed)
+        assert features is not None  # needs_features: the round always passes them
         n = len(features)
         tokens = torch.as_tensor(seq[len(seq) - n :], dtype=torch.long, device=self.head.device)
         g = self.head(self.target, tokens[None], features[None], cache=self.cache)[0]
         self.g = g[-1:]  # row 0: the root's g; row 1 + i: fed[i]'s, like self.logq
-        self._start_round(_log_probs(self.target.lm_head(g[-1])))
+        self._start_round(log_probs(self.target.lm_head(g[-1])))
 
-    def _forget_tree(self):
+    def _forget_tree(self) -> None:
         super()._forget_tree()
         self.g = self.g[:1]
 
-    def _feed(self, parents, tokens, new, mask, depth):
+    def _feed(self, parents: np.ndarray, tokens: np.ndarray, new: np.ndarray, mask: np.ndarray,
+              depth: np.ndarray) -> np.ndarray:
         feats = self.g[torch.from_numpy(self._rows(len(parents))[parents[new]])]  # each parent was fed before
         idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.head.device)
         g = self.head(self.target, idx[None], feats[None], mask=torch.from_numpy(mask), cache=self.cache)[0]
         self.g = torch.cat([self.g, g])
-        return _log_probs(self.target.lm_head(g))
+        return log_probs(self.target.lm_head(g))
 
 
-class MedusaDrafter:
+class MedusaDrafter(RuleDrafter):
     """Medusa heads: depth d of the tree takes head d's top tokens at the last committed
     feature, whatever the tokens above it."""
 
     needs_features = True
+    rows: np.ndarray  # (K, V) float64: head d's log-probs at the last committed feature
 
-    def __init__(self, heads, target):
+    def __init__(self, heads: MedusaHeads, target: GPT) -> None:
         self.heads, self.target = heads, target
 
-    def commit(self, seq, features):
-        self.rows = _log_probs(self.heads(self.target, features[-1]))  # (K, V)
+    def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:
+        assert features is not None  # needs_features: the round always passes them
+        self.rows = log_probs(self.heads(self.target, features[-1]))  # (K, V)
 
-    def expand(self, parents, tokens, nodes):
-        nodes = np.asarray(nodes)
+    def expand(self, parents: Ids, tokens: Ids, nodes: Ids) -> np.ndarray:
+        """(len(nodes), V): for each node, the rows of the head that drafts its children."""
+        nodes = np.asarray(nodes)  # (M,)
         d = np.zeros(len(nodes), dtype=np.int64)  # head d drafts depth d; the context's children are depth 0
         d[nodes >= 0] = tree.tree_depth(parents)[nodes[nodes >= 0]] + 1
         if d.max() >= len(self.rows):

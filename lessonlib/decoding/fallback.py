@@ -10,24 +10,43 @@ break-even temperature, alpha's estimate from a window of rounds -- is in
   predict at least ``on_above`` (two thresholds = hysteresis, so noise does not make it flap).
 * ``drive`` -- the one decoding loop the policy sits in. It only sees two callables (one
   speculative round, one plain step) and a clock, so the same loop runs a synthetic stream
-  (``simulate_stream``, unit-testable without models) or real models (``ModelStream``).
+  (``simulate_stream``, unit-testable without models) or real models (``ModelStream``, in
+  ``model_stream``, importable from here).
 """
 from __future__ import annotations
 
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
-import torch
+import numpy.typing as npt
 
-from lessonlib.core.temperature import (acceptance_by_temperature, alpha_for_speedup, alpha_mle,  # noqa: F401
+from lessonlib.core.temperature import (acceptance_by_temperature, alpha_mle,  # noqa: F401
                                         breakeven_temperature, tau_by_position)
-from lessonlib.core.theory import expected_tokens_per_verify
-from lessonlib.core.validate import check_c, check_k, check_round_counts, check_temperature
-from lessonlib.decoding.decode import feed, next_token, speculative_round
+from lessonlib.core.theory import alpha_for_speedup, expected_tokens_per_verify  # re-exported: the one inverse of S
+from lessonlib.core.validate import check_c, check_k, check_round_counts
+from lessonlib.decoding.model_stream import ModelStream  # noqa: F401  (moved there; importable from here as before)
 
 ACTIONS = ("speculate", "probe", "plain")
+
+# one decoding step: (output position, tokens emitted, seconds, action)
+Step = tuple[int, int, float, str]
+# speculate(position) -> (accepted, drafted); plain(position) -> None
+Speculate = Callable[[int], tuple[int, int]]
+Plain = Callable[[int], object]
+
+
+class Policy(Protocol):
+    """What ``drive`` asks of a policy (``FallbackPolicy``, ``AlwaysSpeculate``, ``NeverSpeculate``)."""
+
+    def action(self) -> str: ...
+
+    def record(self, accepted: int, drafted: int) -> None: ...
+
+    def record_plain(self, n: int = 1) -> None: ...
 
 
 class FallbackPolicy:
@@ -46,8 +65,8 @@ class FallbackPolicy:
     policy, once off, stays off -- speculation cannot pay that much here.
     """
 
-    def __init__(self, k, c, window=32, min_rounds=None, off_below=1.0, on_above=1.2, probe_every=16,
-                 probe_window=8, r=1.0):
+    def __init__(self, k: int, c: float, window: int = 32, min_rounds: int | None = None, off_below: float = 1.0,
+                 on_above: float = 1.2, probe_every: int = 16, probe_window: int = 8, r: float = 1.0) -> None:
         k = check_k(k)
         check_c(c)
         min_rounds = window if min_rounds is None else min_rounds
@@ -56,45 +75,49 @@ class FallbackPolicy:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if min_rounds > window or probe_window > window:
-            raise ValueError(f"min_rounds ({min_rounds}) and probe_window ({probe_window}) must be <= window ({window})")
-        if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
+            raise ValueError(f"min_rounds ({min_rounds}) and probe_window ({probe_window}) "
+                             f"must be <= window ({window})")
+        # the ignores: numpy's stub for isscalar (a TypeIs) narrows a float to "generic | complex | str |
+        # bytes | memoryview", so mypy rejects the comparisons and float() of r, off_below and on_above
+        if not np.isscalar(r) or not np.isfinite(r) or r <= 0:  # type: ignore[operator]
             raise ValueError(f"r must be a finite number > 0 (verify cost in plain steps), got {r!r}")
-        if not (np.isscalar(off_below) and np.isscalar(on_above) and 0 < off_below < on_above < math.inf):
+        if not (np.isscalar(off_below) and np.isscalar(on_above) and 0 < off_below < on_above < math.inf):  # type: ignore[operator]
             raise ValueError(f"need 0 < off_below < on_above < inf, got off_below={off_below!r}, on_above={on_above!r}")
-        self.k, self.c, self.r = int(k), float(c), float(r)
+        self.k, self.c, self.r = int(k), float(c), float(r)  # type: ignore[arg-type]
         self.min_rounds, self.probe_every, self.probe_window = min_rounds, probe_every, probe_window
-        self.off_below, self.on_above = float(off_below), float(on_above)
+        self.off_below, self.on_above = float(off_below), float(on_above)  # type: ignore[arg-type]
         # S rises with alpha, so comparing alpha_hat with these is comparing S with the thresholds
-        self.alpha_off = alpha_for_speedup(self.off_below, self.k, self.c, self.r)
-        self.alpha_on = alpha_for_speedup(self.on_above, self.k, self.c, self.r)
-        self.rounds = deque(maxlen=window)  # (accepted, rejected) per verification
+        self.alpha_off = float(alpha_for_speedup(self.off_below, self.k, self.c, self.r))
+        self.alpha_on = float(alpha_for_speedup(self.on_above, self.k, self.c, self.r))
+        self.rounds: deque[tuple[int, int]] = deque(maxlen=window)  # (accepted, rejected) per verification
         self.speculating = True
         self.tokens = 0  # tokens emitted so far
-        self.switches = []  # (tokens at the switch, "off" | "on")
+        self.switches: list[tuple[int, str]] = []  # (tokens at the switch, "off" | "on")
         self._plain_since_probe = 0
 
-    def _alpha(self, last=None):
+    def _alpha(self, last: int | None = None) -> float:
         rounds = list(self.rounds)[-last:] if last else self.rounds
         return alpha_mle([a for a, _ in rounds], [r for _, r in rounds])
 
     @property
-    def alpha_hat(self):
+    def alpha_hat(self) -> float:
         """Windowed per-token acceptance estimate (nan before any round)."""
         return self._alpha()
 
     @property
-    def predicted_speedup(self):
+    def predicted_speedup(self) -> float:
         """E(alpha_hat, k) / (k c + r) (nan before any round)."""
         alpha = self._alpha()
-        return float("nan") if np.isnan(alpha) else float(expected_tokens_per_verify(alpha, self.k) / (self.k * self.c + self.r))
+        return (float("nan") if np.isnan(alpha)
+                else float(expected_tokens_per_verify(alpha, self.k) / (self.k * self.c + self.r)))
 
-    def action(self):
+    def action(self) -> str:
         """What the decoder should do next: 'speculate', 'probe' or 'plain'."""
         if self.speculating:
             return "speculate"
         return "probe" if self._plain_since_probe >= self.probe_every else "plain"
 
-    def record(self, accepted, drafted):
+    def record(self, accepted: int, drafted: int) -> None:
         """After a speculative round (or probe) that drafted ``drafted`` tokens and accepted ``accepted``."""
         if not (isinstance(drafted, (int, np.integer)) and 1 <= drafted <= self.k):
             raise ValueError(f"drafted must be an integer in [1, {self.k}], got {drafted!r}")
@@ -112,14 +135,14 @@ class FallbackPolicy:
             if len(self.rounds) >= self.probe_window and self._alpha(self.probe_window) >= self.alpha_on:
                 self._switch("on")
 
-    def record_plain(self, n=1):
+    def record_plain(self, n: int = 1) -> None:
         """After ``n`` tokens decoded without speculation."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
         self.tokens += int(n)
         self._plain_since_probe += int(n)
 
-    def _switch(self, to):
+    def _switch(self, to: str) -> None:
         self.switches.append((self.tokens, to))
         self.speculating = to == "on"
         if self.speculating:  # the probes that justified switching on are fresh evidence: keep them
@@ -134,15 +157,16 @@ class FallbackPolicy:
 class AlwaysSpeculate:
     """Baseline policy: speculate every round."""
 
+    switches: list[tuple[int, str]]  # never any
     speculating, switches = True, []
 
-    def action(self):
+    def action(self) -> str:
         return "speculate"
 
-    def record(self, accepted, drafted):
+    def record(self, accepted: int, drafted: int) -> None:
         pass
 
-    def record_plain(self, n=1):
+    def record_plain(self, n: int = 1) -> None:
         pass
 
 
@@ -151,11 +175,12 @@ class NeverSpeculate(AlwaysSpeculate):
 
     speculating = False
 
-    def action(self):
+    def action(self) -> str:
         return "plain"
 
 
-def _steps(policy, speculate, plain, n_tokens, clock):
+def _steps(policy: Policy, speculate: Speculate, plain: Plain, n_tokens: int,
+           clock: Callable[[], float]) -> Iterator[Step]:
     """Generator behind ``drive``: one (position, tokens, seconds, action) per decoding step."""
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
         raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
@@ -175,31 +200,34 @@ def _steps(policy, speculate, plain, n_tokens, clock):
         position += emitted
 
 
-def _trace(steps, policy):
+def _trace(steps: Sequence[Step], policy: Policy) -> dict[str, Any]:
     pos, tok, sec, act = zip(*steps)
     return {"position": np.array(pos), "tokens": np.array(tok), "seconds": np.array(sec),
             "action": np.array(act), "switches": list(getattr(policy, "switches", []))}
 
 
-def drive(policy, speculate, plain, n_tokens, clock=time.perf_counter):
+def drive(policy: Policy, speculate: Speculate, plain: Plain, n_tokens: int,
+          clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
     """Decode ``n_tokens`` letting ``policy`` choose each step; return a per-step trace.
 
     speculate(position) -> (accepted, drafted): one speculative round starting at output
         ``position`` (it emits accepted + 1 tokens);
     plain(position) -> None: one plain decoding step (emits 1 token);
     clock() -> seconds (wall clock, CPU time, or a simulated one).
-    Trace: arrays ``position`` (first output position of each step), ``tokens`` (emitted),
-    ``seconds`` (spent), ``action``, plus the policy's ``switches``.
+    Trace: (n_steps,) arrays ``position`` (first output position of each step), ``tokens``
+    (emitted), ``seconds`` (spent), ``action``, plus the policy's ``switches``.
     """
     return _trace(list(_steps(policy, speculate, plain, n_tokens, clock)), policy)
 
 
-def drive_interleaved(runs, n_tokens, clock=time.perf_counter):
+def drive_interleaved(runs: Mapping[str, tuple[Policy, Speculate, Plain]], n_tokens: int,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, dict[str, Any]]:
     """Like ``drive`` for several {name: (policy, speculate, plain)} at once, one step of each in
     turn, so that a machine whose speed drifts (other programs, frequency scaling) slows them
     all alike and their tokens/s stay comparable. Returns {name: trace}."""
-    gens = {name: _steps(policy, speculate, plain, n_tokens, clock) for name, (policy, speculate, plain) in runs.items()}
-    steps = {name: [] for name in runs}
+    gens = {name: _steps(policy, speculate, plain, n_tokens, clock)
+            for name, (policy, speculate, plain) in runs.items()}
+    steps: dict[str, list[Step]] = {name: [] for name in runs}
     while gens:
         for name in list(gens):
             try:
@@ -209,94 +237,15 @@ def drive_interleaved(runs, n_tokens, clock=time.perf_counter):
     return {name: _trace(steps[name], runs[name][0]) for name in runs}
 
 
-class ModelStream:
-    """Real models behind ``drive``: plain steps and speculative rounds on one shared sequence.
-
-    Both KV caches hold the committed sequence except its last token (fed by the next forward),
-    as in ``decode``, so plain steps and rounds can interleave and the policy can switch at any
-    step. ``temperature`` is a number or a function of the output position (a stream whose
-    temperature changes); ``draft_temperature`` (default: the target's) sets the draft's own
-    sampling temperature: 0 gives a deterministic greedy draft, whose q is one-hot, so the
-    exact rule accepts its token x with probability p_T(x). When the context is full, the last
-    ``block_size // 2`` tokens are kept and both caches re-filled (counted in that step's time).
-    ``requests``: optional [(output position, prompt tokens), ...] -- a stream of requests: the
-    first step at or after each position starts over from that prompt (its prefill is counted).
-    """
-
-    def __init__(self, target, draft, prompt_tokens, k, temperature, draft_temperature=None, rng=None,
-                 requests=()):
-        k = check_k(k)
-        if target.config.vocab_size != draft.config.vocab_size:
-            raise ValueError("target and draft must share a vocabulary")
-        if len(prompt_tokens) < 1:
-            raise ValueError("prompt_tokens must hold at least one token")
-        check_temperature(0.0 if draft_temperature is None else draft_temperature, "draft_temperature")
-        check_temperature(0.0 if callable(temperature) else temperature)  # a function of the position: at every step
-        self.target, self.draft, self.k = target, draft, int(k)
-        self.temperature = temperature if callable(temperature) else (lambda position: temperature)
-        self.draft_temperature = draft_temperature
-        self.rng = rng if rng is not None else np.random.default_rng(0)
-        self.block = min(target.config.block_size, draft.config.block_size)
-        self.requests = sorted((int(at), list(tokens)) for at, tokens in requests)
-        if any(len(tokens) < 1 for _, tokens in self.requests):
-            raise ValueError("every request's prompt must hold at least one token")
-        self.new_tokens = []
-        self.restart(prompt_tokens)
-
-    def restart(self, prompt_tokens):
-        """Start over from a new prompt (a new request): fresh caches, prefilled."""
-        self.seq = list(prompt_tokens)[-(self.block // 2) :]
-        self._refill()
-
-    def _next_request(self, position):
-        while self.requests and self.requests[0][0] <= position:
-            self.restart(self.requests.pop(0)[1])
-
-    @torch.inference_mode()
-    def _refill(self):
-        self.t_cache, self.d_cache = self.target.new_cache(), self.draft.new_cache()
-        if len(self.seq) > 1:
-            feed(self.target, self.t_cache, self.seq[:-1])
-            feed(self.draft, self.d_cache, self.seq[:-1])
-
-    def _make_room(self, extra):
-        if len(self.seq) + extra > self.block:
-            self.seq = self.seq[-(self.block // 2) :]
-            self._refill()
-
-    def _commit(self, tokens):
-        self.seq += tokens
-        self.new_tokens += tokens
-        self.t_cache.truncate(len(self.seq) - 1)
-        self.d_cache.truncate(min(self.d_cache.length, len(self.seq) - 1))
-
-    @torch.inference_mode()
-    def plain(self, position):
-        """One target forward, one token sampled at T(position)."""
-        self._next_request(position)
-        self._make_room(1)
-        logits = feed(self.target, self.t_cache, self.seq[self.t_cache.length :])[-1]
-        self._commit([next_token(logits, self.temperature(position), self.rng)])
-
-    @torch.inference_mode()
-    def speculate(self, position):
-        """One round: k draft forwards, one target forward, the exact rule. Returns (accepted, k)."""
-        self._next_request(position)
-        self._make_room(self.k + 1)
-        emitted = speculative_round(self.target, self.draft, self.t_cache, self.d_cache, self.seq, self.k,
-                                    self.temperature(position), self.rng, self.draft_temperature)
-        self.new_tokens += emitted
-        return len(emitted) - 1, self.k
-
-
-def simulate_stream(alphas, policy, k, c, rng):
+def simulate_stream(alphas: npt.ArrayLike, policy: Policy, k: int, c: float,
+                    rng: np.random.Generator) -> dict[str, Any]:
     """Run ``drive`` on a synthetic stream: alphas[i] is the acceptance rate at output position i.
 
     A speculative round at position i accepts each of its k drafts with probability alphas[i]
     until the first rejection and costs k c + 1 target-steps; a plain step costs 1. The clock
     counts target-steps, so tokens / seconds is throughput relative to one target forward.
     """
-    alphas = np.asarray(alphas, dtype=float)
+    alphas = np.asarray(alphas, dtype=float)  # (n_tokens,)
     if alphas.ndim != 1 or len(alphas) < 1 or np.any(~np.isfinite(alphas)) or np.any((alphas < 0) | (alphas > 1)):
         raise ValueError("alphas must be a non-empty 1-D array of acceptance rates in [0, 1]")
     k = check_k(k)
@@ -305,21 +254,22 @@ def simulate_stream(alphas, policy, k, c, rng):
         raise ValueError("rng must be a numpy.random.Generator")
     now = [0.0]
 
-    def speculate(position):
-        ok = rng.random(k) < alphas[position]
+    def speculate(position: int) -> tuple[int, int]:
+        ok = rng.random(k) < alphas[position]  # (k,)
         now[0] += k * c + 1
         return int(np.argmin(ok)) if not ok.all() else k, k  # accepted = leading successes
 
-    def plain(position):
+    def plain(position: int) -> None:
         now[0] += 1.0
 
     return drive(policy, speculate, plain, len(alphas), clock=lambda: now[0])
 
 
-def throughput_by_phase(trace, boundaries):
+def throughput_by_phase(trace: Mapping[str, Any], boundaries: npt.ArrayLike) -> np.ndarray:
     """Tokens per second in each phase [b_i, b_{i+1}); a step belongs to the phase it starts in.
 
-    ``boundaries`` are output positions, increasing, starting at 0 and ending at the stream length.
+    ``boundaries`` are output positions, increasing, starting at 0 and ending at the stream length
+    ((n_phases + 1,)); returns (n_phases,) tokens per second.
     """
     b = np.asarray(boundaries)
     if b.ndim != 1 or len(b) < 2 or b[0] != 0 or np.any(np.diff(b) <= 0):

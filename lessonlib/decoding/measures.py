@@ -24,7 +24,14 @@ the median and inter-quartile range of each quantity, ``fmt_spread`` prints one.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # stats imports this module (tau, alpha): the type only
+    from lessonlib.decoding.stats import DecodeStats
 
 MIN_PROMPTS = 5  # no conclusion from fewer prompts than this
 
@@ -63,10 +70,10 @@ def forward_bound(tau_value: float, k: float, c: float, r: float) -> float:
     return tau_value / (k * c + r)
 
 
-def summary(values, level: float = 0.5) -> dict:
+def summary(values: npt.ArrayLike, level: float = 0.5) -> dict[str, Any]:
     """Median, inter-quartile range and count of per-prompt values (the spread reported with
     every measured number). ``level`` = 0.5 gives the IQR."""
-    v = np.asarray(values, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)  # (n_prompts,)
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"values must be a non-empty 1-D sequence, got shape {v.shape}")
     if not 0 < level <= 1:
@@ -77,55 +84,62 @@ def summary(values, level: float = 0.5) -> dict:
     return {"median": float(np.median(v)), "q25": float(lo), "q75": float(hi), "n": int(v.size)}
 
 
-def fmt_spread(s: dict, digits: int = 2, unit: str = "") -> str:
-    """'1.52× [1.41, 1.60], n = 5' for a ``summary``."""
+def fmt_spread(s: Mapping[str, Any], digits: int = 2, unit: str = "", count: bool = True) -> str:
+    """'1.52× [1.41, 1.60], n = 5' for a ``summary`` (without ', n = 5' when ``count`` is False:
+    a table with a prompts column, a line that says n once)."""
     f = f"{{:.{digits}f}}"
-    return f"{f.format(s['median'])}{unit} [{f.format(s['q25'])}, {f.format(s['q75'])}], n = {s['n']}"
+    text = f"{f.format(s['median'])}{unit} [{f.format(s['q25'])}, {f.format(s['q75'])}]"
+    return f"{text}, n = {s['n']}" if count else text
 
 
-def compare(method_stats: dict, plain_stats: dict, k: float | None = None) -> dict:
+def compare(method: DecodeStats, plain: DecodeStats) -> dict[str, float]:
     """c, r, speedup and forward bound of one speculative run against plain decoding of the
-    same prompt under the same settings (both ``stats`` dicts of the decoding loops).
+    same prompt under the same settings (both ``DecodeStats`` of the decoding loops).
 
-    The draft step (``draft_forward_seconds``, or a tree round's ``draft_seconds_per_round``
-    spread over its depth) and the verify forward come from the method's loop, the one-token
-    target step (``target_forward_seconds``) from the plain loop.
+    The draft cost and the verify forward come from the method's loop, the one-token target
+    step (``target_forward_seconds``) from the plain loop. A chain reports c (one draft step)
+    and its bound tau / (K c + r); a tree reports its whole round's drafting
+    (``draft_cost_per_round``) and the bound tau / (draft cost + r).
     """
-    step = plain_stats["target_forward_seconds"]
-    out = {"speedup": speedup(plain_stats["seconds_per_token"], method_stats["seconds_per_token"]),
-           "r": verify_ratio(method_stats["verify_forward_seconds"], step)}
-    if "draft_forward_seconds" in method_stats:
-        out["c"] = cost_ratio(method_stats["draft_forward_seconds"], step)
-        k = method_stats.get("k", k)
-        if k is not None:
-            out["forward_bound"] = forward_bound(method_stats["tau"], k, out["c"], out["r"])
-    if "draft_seconds_per_round" in method_stats:  # tree drafting: the whole draft of a round
-        out["draft_cost_per_round"] = cost_ratio(method_stats["draft_seconds_per_round"], step)
-        out["forward_bound"] = method_stats["tau"] / (out["draft_cost_per_round"] + out["r"])
+    if plain.loop != "plain":
+        raise ValueError(f"plain must be the stats of plain decoding, got a {plain.loop!r} loop's")
+    step = plain.target_forward_seconds
+    out = {"speedup": speedup(plain.seconds_per_token, method.seconds_per_token),
+           "r": verify_ratio(method.verify_forward_seconds, step)}
+    if method.loop == "chain":
+        out["c"] = cost_ratio(method.draft_step_seconds, step)
+        assert method.k is not None  # a chain's stats carry its k
+        out["forward_bound"] = forward_bound(method.tau, method.k, out["c"], out["r"])
+    elif method.loop == "tree":
+        out["draft_cost_per_round"] = cost_ratio(method.draft_seconds_per_round, step)
+        out["forward_bound"] = method.tau / (out["draft_cost_per_round"] + out["r"])
     return out
 
 
-def against_plain(method_runs, plain_runs, k: float | None = None) -> list[dict]:
-    """Each prompt's method stats with its ``compare`` against plain decoding of the same
-    prompt added (c, r, speedup, forward bound): prompt i of ``method_runs`` is paired with
-    prompt i of ``plain_runs``."""
+def against_plain(method_runs: Sequence[DecodeStats], plain_runs: Sequence[DecodeStats]) -> list[dict[str, Any]]:
+    """Each prompt's method stats as a JSON row (``DecodeStats.as_dict``) with its ``compare``
+    against plain decoding of the same prompt added (c, r, speedup, forward bound): prompt i of
+    ``method_runs`` is paired with prompt i of ``plain_runs``."""
     if len(method_runs) != len(plain_runs):
         raise ValueError(f"need one plain run per method run, got {len(method_runs)} and {len(plain_runs)}")
-    return [dict(stats) | compare(stats, plain, k) for stats, plain in zip(method_runs, plain_runs)]
+    return [stats.as_dict() | compare(stats, plain) for stats, plain in zip(method_runs, plain_runs)]
 
 
 SUMMARISED = ("tau", "alpha", "c", "r", "speedup", "forward_bound", "draft_cost_per_round", "tokens_per_second",
               "seconds_per_token", "target_forward_seconds", "draft_forward_seconds", "verify_forward_seconds")
 
 
-def summarise(runs, keys=SUMMARISED) -> dict:
+def summarise(runs: Sequence[Mapping[str, Any] | DecodeStats], keys: Iterable[str] = SUMMARISED
+              ) -> dict[str, dict[str, Any]]:
     """{quantity: summary over prompts} for each of ``keys`` that every run reports with a
-    number (alpha is NaN when a run judged nothing: those prompts are left out of alpha's)."""
+    number (alpha is NaN when a run judged nothing: those prompts are left out of alpha's).
+    ``runs``: per-prompt rows (``against_plain``) or the loops' ``DecodeStats`` themselves."""
     if len(runs) == 0:
         raise ValueError("runs must hold at least one prompt's stats")
+    rows = [r if isinstance(r, Mapping) else r.as_dict() for r in runs]
     out = {}
     for key in keys:
-        values = [r.get(key) for r in runs]
+        values: list[Any] = [r.get(key) for r in rows]
         if any(v is None for v in values):
             continue
         values = [float(v) for v in values if not np.isnan(float(v))]

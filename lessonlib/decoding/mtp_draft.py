@@ -15,35 +15,42 @@ Deeper drafts would need each branch's tokens fed at earlier positions; with D =
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from lessonlib.core import tree
+from lessonlib.decoding.drafters import RuleDrafter, log_probs
+from lessonlib.decoding.round import Ids
+
+if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thread policy
+    from lessonlib.models.gpt import GPT, KVCache
+    from lessonlib.models.mtp import MTPModules
 
 
-def _log_probs(logits) -> np.ndarray:
-    return F.log_softmax(logits.double(), -1).cpu().numpy()
-
-
-class MTPDrafter:
+class MTPDrafter(RuleDrafter):
     """A ``Drafter`` (``decoding.drafters``) over ``mtp`` (``models.mtp.MTPModules``) for ``target``."""
 
     needs_features = True
+    h1_last: torch.Tensor  # (C,): h^1 at position L - 1, set by every commit
+    root_logq: np.ndarray  # (V,) float64: module 1's draft log-probs for x_{L+1}
 
-    def __init__(self, mtp, target):
+    def __init__(self, mtp: MTPModules, target: GPT) -> None:
         self.mtp, self.target = mtp, target
         D = mtp.depth
         self.max_depth = min(D, 2)
-        self.caches = [mtp[d].new_cache() for d in range(1, D + 1)]
+        self.caches: list[KVCache] = [mtp[d].new_cache() for d in range(1, D + 1)]
         self.fed = [0] * D  # module d has been fed positions 0 .. fed[d-1] - 1
-        # h^{d-1} rows waiting for module d: (first absolute position, rows)
-        self.waiting = [(0, torch.zeros(0, target.config.n_embd, device=target.device)) for _ in range(D)]
+        # h^{d-1} rows waiting for module d: (first absolute position, rows (n, C))
+        self.waiting: list[tuple[int, torch.Tensor]] = [
+            (0, torch.zeros(0, target.config.n_embd, device=target.device)) for _ in range(D)]
 
-    def commit(self, seq, features):
-        """Feed the modules the newly committed positions; ``features`` = h^0 at the last
-        len(features) positions but the final one (as for the EAGLE drafter)."""
+    def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:
+        """Feed the modules the newly committed positions; ``features`` = h^0 ((n, C)) at the last
+        n = len(features) positions but the final one (as for the EAGLE drafter)."""
         L = len(seq) - 1
+        assert features is not None  # needs_features: the round always passes them
         first = L - len(features)
         start, rows = self.waiting[0]
         self.waiting[0] = (start if len(rows) else first, torch.cat([rows, features]))
@@ -57,8 +64,9 @@ class MTPDrafter:
                 continue
             skip = self.fed[d - 1] - start  # rows already fed
             h_in = rows[skip : skip + n]
-            tokens = torch.as_tensor(seq[self.fed[d - 1] + d : end + d + 1], dtype=torch.long, device=self.target.device)
-            h_out = self.mtp[d](self.target, tokens[None], h_in[None], cache=cache)[0]
+            tokens = torch.as_tensor(seq[self.fed[d - 1] + d : end + d + 1], dtype=torch.long,
+                                     device=self.target.device)  # (n,)
+            h_out = self.mtp[d](self.target, tokens[None], h_in[None], cache=cache)[0]  # (n, C)
             self.fed[d - 1] = end + 1
             self.waiting[d - 1] = (end + 1, rows[skip + n :])
             if d < self.mtp.depth:
@@ -66,11 +74,12 @@ class MTPDrafter:
                 self.waiting[d] = (nxt_start if len(nxt_rows) else end + 1 - n, torch.cat([nxt_rows, h_out]))
             if d == 1:
                 self.h1_last = h_out[-1]  # h^1 at position L - 1
-        self.root_logq = _log_probs(self.target.lm_head(self.h1_last))
+        self.root_logq = log_probs(self.target.lm_head(self.h1_last))
 
-    def expand(self, parents, tokens, nodes):
+    def expand(self, parents: Ids, tokens: Ids, nodes: Ids) -> np.ndarray:
         """(len(nodes), V) draft log-probs after each node (-1: after the committed sequence)."""
-        parents, tokens, nodes = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64), np.asarray(nodes)
+        parents, tokens = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64)  # (N,)
+        nodes = np.asarray(nodes)  # (M,)
         depth = np.full(len(nodes), -1)
         depth[nodes >= 0] = tree.tree_depth(parents)[nodes[nodes >= 0]] if len(parents) else []
         if (depth + 2 > self.max_depth).any():
@@ -87,5 +96,5 @@ class MTPDrafter:
             mask = torch.eye(len(first), dtype=torch.bool)
             h2 = self.mtp[2](self.target, idx[None], h1[None], mask=mask, cache=cache)[0]
             cache.truncate(self.fed[1])
-            out[first] = _log_probs(self.target.lm_head(h2))
+            out[first] = log_probs(self.target.lm_head(h2))
         return out

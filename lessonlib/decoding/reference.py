@@ -7,22 +7,30 @@ for the same seed. numpy only (no torch).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, sample, softmax
-from lessonlib.core.validate import check_int, check_k, check_rng, check_same_vocab, check_temperature
-from lessonlib.decoding import measures
+from lessonlib.core.validate import check_int, check_k, SAMPLING_RNG, check_rng, check_same_vocab, check_temperature
+from lessonlib.decoding.stats import DecodeStats
+
+if TYPE_CHECKING:
+    from lessonlib.core.toy import LanguageModel
 
 
-def _next_logits(model, tokens, name, rows=1):
-    z = np.asarray(model.logits(tokens), dtype=np.float64)
+def _next_logits(model: LanguageModel, tokens: list[int], name: str, rows: int = 1) -> np.ndarray:
+    """The last ``rows`` rows of ``model.logits(tokens)``: (rows, V) float64."""
+    z = np.asarray(model.logits(tokens), dtype=np.float64)  # (len(tokens), V)
     if z.ndim != 2 or z.shape[0] < rows:
         raise ValueError(f"{name}.logits must return a (len(tokens), V) array, got shape {z.shape}")
     return z[-rows:]
 
 
-def _check_decode_args(prompt, max_new_tokens, temperature, rng):
+def _check_decode_args(prompt: Iterable[int], max_new_tokens: int, temperature: float,
+                       rng: np.random.Generator | None) -> tuple[list[int], bool]:
     check_temperature(temperature)
     prompt = [check_int(t, "prompt token", minimum=0) for t in prompt]  # the model checks the vocabulary
     if not prompt:
@@ -30,60 +38,57 @@ def _check_decode_args(prompt, max_new_tokens, temperature, rng):
     check_int(max_new_tokens, "max_new_tokens", minimum=1)
     greedy = temperature <= GREEDY_TEMPERATURE
     if not greedy:
-        check_rng(rng, "rng (needed when temperature > 1e-5)")
+        check_rng(rng, SAMPLING_RNG)
     return prompt, greedy
 
 
-def autoregressive_decode(model, prompt, max_new_tokens: int, temperature: float = 1.0, rng=None) -> list[int]:
+def autoregressive_decode(model: LanguageModel, prompt: Iterable[int], max_new_tokens: int, temperature: float = 1.0,
+                          rng: np.random.Generator | None = None) -> list[int]:
     """Plain decoding, one ``model.logits`` call per token: x_t ~ softmax(z_t / T) (argmax at
     T <= 1e-5). The reference that ``speculative_decode`` must match in distribution."""
     seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
     start = len(seq)
     for _ in range(int(max_new_tokens)):
-        z = _next_logits(model, seq, "model")[0]
-        seq.append(int(np.argmax(z)) if greedy else sample(softmax(z, temperature), rng))
+        z = _next_logits(model, seq, "model")[0]  # (V,)
+        # sample: an int for a (V,) row; rng: checked above unless greedy
+        seq.append(int(np.argmax(z)) if greedy
+                   else cast(int, sample(softmax(z, temperature), cast(np.random.Generator, rng))))
     return seq[start:]
 
 
-def speculative_decode(target, draft, prompt, k: int, temperature: float = 1.0,
-                       max_new_tokens: int = 32, rng=None):
+def speculative_decode(target: LanguageModel, draft: LanguageModel, prompt: Iterable[int], k: int,
+                       temperature: float = 1.0, max_new_tokens: int = 32,
+                       rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
     """Chain speculative decoding over two ``logits(tokens)`` models.
 
     Each round: draft k tokens x_j ~ q_j = softmax(draft logits / T), one ``target.logits``
     call over context + drafts gives p_0..p_k (same T), then ``verify_chain`` (or
     ``verify_greedy`` when T <= 1e-5) emits 1..k+1 tokens. Output has the law of sampling
-    from the target alone. Returns (new_tokens, stats): target_calls (= rounds),
-    draft_calls, drafted, accepted, accepted_per_round, alpha (accepted / judged drafts,
-    a round judges its accepted drafts plus the one it rejects), tau (tokens emitted per target
-    call, the last round's surplus included, as in every loop: ``measures.tau``). The
-    returned tokens are cut to ``max_new_tokens``.
+    from the target alone. Returns (new_tokens, ``DecodeStats``) -- target_calls (= rounds),
+    draft_calls, drafted, accepted, ``lengths`` (accepted per round), alpha (accepted / judged
+    drafts, a round judges its accepted drafts plus the one it rejects), tau (tokens emitted per
+    target call, the last round's surplus included, as in every loop) -- untimed. The returned
+    tokens are cut to ``max_new_tokens``.
     """
     k = check_k(k)
     seq, greedy = _check_decode_args(prompt, max_new_tokens, temperature, rng)
     start, goal = len(seq), len(seq) + int(max_new_tokens)
-    draft_calls, accepted_per_round, rejected = 0, [], 0
+    stats = DecodeStats("chain", float(temperature), int(max_new_tokens), k=k)
+    drafts: list[int]
+    q_rows: list[np.ndarray]  # (V,) each
     while len(seq) < goal:
         drafts, q_rows = [], []
         for _ in range(k):
-            q = softmax(_next_logits(draft, seq + drafts, "draft")[0], temperature)
-            drafts.append(int(np.argmax(q)) if greedy else sample(q, rng))
+            q = softmax(_next_logits(draft, seq + drafts, "draft")[0], temperature)  # (V,)
+            # sample: an int for a (V,) row; rng: checked above unless greedy
+            drafts.append(int(np.argmax(q)) if greedy else cast(int, sample(q, cast(np.random.Generator, rng))))
             q_rows.append(q)
-        draft_calls += k
-        p_rows = softmax(_next_logits(target, seq + drafts, "target", rows=k + 1), temperature)
+        p_rows = softmax(_next_logits(target, seq + drafts, "target", rows=k + 1), temperature)  # (k + 1, V)
         check_same_vocab(p_rows, q_rows[0], "target logits", "draft logits")
-        emitted = verify_greedy(p_rows, drafts) if greedy else verify_chain(p_rows, np.stack(q_rows), drafts, rng)
-        accepted_per_round.append(len(emitted) - 1)
-        rejected += len(emitted) - 1 < k
+        emitted = (verify_greedy(p_rows, drafts) if greedy
+                   else verify_chain(p_rows, np.stack(q_rows), drafts, cast(np.random.Generator, rng)))
+        n_ok = len(emitted) - 1
+        stats.record_round(k, n_ok, n_ok < k, k)
         seq += emitted
-    new = seq[start:goal]
-    rounds, accepted = len(accepted_per_round), sum(accepted_per_round)
-    return new, {
-        "target_calls": rounds,
-        "draft_calls": draft_calls,
-        "drafted": rounds * k,
-        "accepted": accepted,
-        "accepted_per_round": accepted_per_round,
-        "alpha": measures.alpha(accepted, accepted + rejected),
-        "tau": measures.tau(len(seq) - start, rounds),
-    }
-
+    stats.phase_calls["draft"] = k * stats.rounds
+    return seq[start:goal], stats

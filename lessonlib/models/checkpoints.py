@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from lessonlib import paths
+from lessonlib.core import backend
 from lessonlib.models.gpt import GPT, GPTConfig
 from lessonlib.models.packing import can_pack, pack_linears
 
@@ -16,8 +17,10 @@ CHECKPOINTS = paths.ASSETS
 
 
 def default_device() -> str:
-    """The one device helper: CUDA when the installed torch sees a GPU, else the CPU."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The one device policy for models: the device of ``lessonlib.core.backend.select()``, so
+    models go where the batched maths goes -- CUDA when the installed torch sees a GPU, else the
+    CPU; ``LESSONLIB_BACKEND`` overrides both (``numpy`` and ``torch-cpu`` mean the CPU)."""
+    return backend.select().device or "cpu"
 
 
 def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
@@ -48,11 +51,13 @@ def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     with the rebuild command, not a bare JSONDecodeError)."""
     _, meta_path = checkpoint_paths(name, directory)
     if not meta_path.exists():
-        raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); rebuild it with: {rebuild_command(name)}")
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({meta_path}); "
+                                f"rebuild it with: {rebuild_command(name)}")
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"checkpoint metadata {meta_path} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+        raise ValueError(f"checkpoint metadata {meta_path} is corrupt ({err}); "
+                         f"rebuild it with: {rebuild_command(name)}") from err
     if not isinstance(meta, dict):
         raise ValueError(f"checkpoint metadata {meta_path} must be a JSON object, got {type(meta).__name__}; "
                          f"rebuild it with: {rebuild_command(name)}")
@@ -79,7 +84,8 @@ def scaled_name(name: str, scale: str = "cpu") -> str:
 def rebuild_command(name: str) -> str:
     if name.startswith(("eagle", "medusa")):  # the shipped heads train together on one target forward per batch
         kind, _, suffix = name.partition("-")
-        return f"python -m lessonlib.models.train_heads {kind if suffix else 'all'}" + (f" --suffix=-{suffix}" if suffix else "")
+        return (f"python -m lessonlib.models.train_heads {kind if suffix else 'all'}"
+                + (f" --suffix=-{suffix}" if suffix else ""))
     if name.endswith("-mtp"):  # MTP modules train with their target and ship beside it
         return rebuild_command(name.removesuffix("-mtp"))
     if name.endswith("-gpu"):
@@ -100,7 +106,8 @@ def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
         raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
     bad = [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
     if bad:  # a NaN weight loads silently, then greedy decoding emits token 0 forever
-        raise ValueError(f"checkpoint {weights} holds NaN or inf weights (in {bad[0]}); rebuild it with: {rebuild_command(name)}")
+        raise ValueError(f"checkpoint {weights} holds NaN or inf weights (in {bad[0]}); "
+                         f"rebuild it with: {rebuild_command(name)}")
     return state
 
 
@@ -114,12 +121,14 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
     try:
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:
-        raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild_command(name)}") from err
+        raise ValueError(f"checkpoint {name!r} does not match its config; "
+                         f"rebuild it with: {rebuild_command(name)}") from err
     model = model.to(device or default_device()).eval()
     return model.pack_for_cpu() if pack and can_pack(model) else model
 
 
-def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str, pack=None) -> nn.Module:
+def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str,
+                pack=None) -> nn.Module:
     """Load ``name``'s weights into ``model`` (a head or MTP modules that run beside ``target``),
     put it on the target's device in eval mode, and pack it for the CPU when the target is packed
     (or as ``pack`` says)."""

@@ -192,7 +192,8 @@ def heldout_prompts(corpus: str, n: int, length: int, margin: int | None = None)
     tokens = token_array(corpus, "heldout")
     margin = 3 * length if margin is None else margin
     if n < 1 or length < 1 or len(tokens) < length + margin:
-        raise ValueError(f"cannot cut n={n} prompts of length={length} (+ margin {margin}) from {len(tokens)} held-out tokens")
+        raise ValueError(f"cannot cut n={n} prompts of length={length} (+ margin {margin}) "
+                         f"from {len(tokens)} held-out tokens")
     starts = np.linspace(0, len(tokens) - length - margin, n).astype(int)
     return [tokens[s : s + length].astype(int).tolist() for s in starts]
 

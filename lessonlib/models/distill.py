@@ -30,6 +30,7 @@ import numpy as np
 from lessonlib.models import data
 from lessonlib.models import GPTConfig
 from lessonlib.core.sampling import acceptance_rate, softmax
+from lessonlib.core.validate import check_int
 
 WINDOW = 256  # tokens of context per teacher-forced window (the shipped models' block size)
 
@@ -55,8 +56,7 @@ def sequence_logits(model, tokens, window: int = WINDOW) -> np.ndarray:
     context (the same for every model, which keeps the comparison fair).
     """
     tokens = as_tokens(tokens)
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
+    window = check_int(window, "window", minimum=1)
     block = getattr(getattr(model, "config", None), "block_size", None)  # GPT.logits raises past its context
     if block is not None and min(window, len(tokens)) > block:
         raise ValueError(f"window={window} is larger than the model's context ({block} tokens)")
@@ -205,8 +205,8 @@ def table_markdown(rows: list[dict]) -> str:
     head = "| model | " + " | ".join(f"α T=1 {c} | greedy T=0 {c} | bits/byte {c}" for c in corpora) + " |"
     lines = [head, "|---" * (1 + 3 * len(corpora)) + "|"]
     for name in names:
-        vals = [f"{cell[name, c]['alpha_T1']:.3f} | {cell[name, c]['greedy_T0']:.3f} | {cell[name, c]['bits_per_byte']:.3f}"
-                for c in corpora]
+        vals = [f"{cell[name, c]['alpha_T1']:.3f} | {cell[name, c]['greedy_T0']:.3f} "
+                f"| {cell[name, c]['bits_per_byte']:.3f}" for c in corpora]
         lines.append(f"| {name} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 

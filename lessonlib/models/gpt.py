@@ -7,30 +7,36 @@
 * ``KVCache`` -- preallocated keys/values with ``truncate`` (rollback after a rejection) and
   ``keep`` (compaction after tree verification).
 * Every model also follows the course's ``logits(tokens)`` protocol, so the generic
-  ``speculative_decode`` runs on it unchanged.
-* ``pack_for_cpu`` packs the large weights for oneDNN (``packing``); checkpoints live in
-  ``checkpoints``.
+  ``lessonlib.decoding.reference.speculative_decode`` runs on it unchanged.
+* ``pack_for_cpu`` packs the large weights for oneDNN (``lessonlib.models.packing``);
+  checkpoints live in ``lessonlib.models.checkpoints``.
+
+Shapes: B batch, T new tokens, C = n_embd, V = vocab_size, H = n_head, D = C // H.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from lessonlib.core.validate import check_int
+
+from lessonlib.core.validate import check_int, check_token_sequence, check_token_tensor
 from lessonlib.models.packing import PackedLinear, can_pack, pack_linears
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    vocab_size: int = 2048
-    block_size: int = 512
-    n_layer: int = 8
-    n_head: int = 8
-    n_embd: int = 256
+    vocab_size: int = 2048  # V: number of token ids (the tokenizer's vocabulary)
+    block_size: int = 512  # longest context: positions 0..block_size-1 (and the KV cache's capacity)
+    n_layer: int = 8  # number of transformer blocks
+    n_head: int = 8  # attention heads per block (n_embd must divide by it)
+    n_embd: int = 256  # C: width of the residual stream (and of the tied token embedding)
 
 
 class KVCache:
@@ -40,17 +46,18 @@ class KVCache:
     positions are valid. Appending writes in place, truncating only moves ``length``.
     """
 
-    def __init__(self, config: GPTConfig, device, dtype=torch.float32):
+    def __init__(self, config: GPTConfig, device: torch.device | str, dtype: torch.dtype = torch.float32):
         head_dim = config.n_embd // config.n_head
+        # (n_layer, 2 = keys/values, H, block_size, D)
         self.kv = torch.zeros(config.n_layer, 2, config.n_head, config.block_size, head_dim, device=device, dtype=dtype)
-        self.length = 0
+        self.length = 0  # positions 0..length-1 hold committed keys/values
         self.capacity = config.block_size
 
     def truncate(self, length: int) -> None:
         """Forget everything after the first ``length`` positions (rollback after a rejection)."""
         self.length = check_int(length, "length", minimum=0, maximum=self.length)
 
-    def keep(self, start: int, indices) -> None:
+    def keep(self, start: int, indices: npt.ArrayLike) -> None:
         """Keep positions ``start + indices`` (in that order) after ``start``; drop the rest.
 
         Used after tree verification: the accepted nodes' keys/values move down to sit right
@@ -63,12 +70,13 @@ class KVCache:
         if raw.ndim != 1 or (raw.size and (raw.dtype == bool or not np.issubdtype(raw.dtype, np.number)
                                            or not np.all(np.mod(raw, 1) == 0))):
             raise ValueError(f"indices must be a 1-D sequence of integer offsets, got {indices!r}")
-        indices = raw.astype(np.int64)
+        indices = raw.astype(np.int64)  # (n,)
         if len(indices) and (indices.min() < 0 or start + indices.max() >= self.length):
             raise ValueError(f"indices must address cached positions: start + i in [{start}, {self.length}), "
                              f"got offsets {indices.tolist()}")
         if len(np.unique(indices)) != len(indices):
-            raise ValueError(f"indices must be distinct (a position kept twice is not a prefill), got {indices.tolist()}")
+            raise ValueError("indices must be distinct (a position kept twice is not a prefill), "
+                             f"got {indices.tolist()}")
         if np.array_equal(indices, np.arange(len(indices))):  # a prefix (every chain): nothing moves
             return self.truncate(start + len(indices))
         idx = torch.as_tensor(indices, device=self.kv.device) + start
@@ -76,7 +84,8 @@ class KVCache:
         self.length = start + len(idx)
 
 
-def prefix_mask(mask, start, T, device, dtype=torch.float32):
+def prefix_mask(mask: torch.Tensor | None, start: int, T: int, device: torch.device | str,
+                dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """(T, start + T) additive attention mask (0 = may attend, -inf = may not) for T new tokens
     after ``start`` cached ones.
 
@@ -87,12 +96,15 @@ def prefix_mask(mask, start, T, device, dtype=torch.float32):
     """
     local = mask.to(device) if mask is not None else torch.ones(T, T, dtype=torch.bool, device=device).tril()
     if local.ndim != 2 or local.shape[0] != T or not T <= local.shape[1] <= start + T:
-        raise ValueError(f"mask must be bool (T, S) with T = {T} new tokens and {T} <= S <= {start + T}, got {tuple(local.shape)}")
+        raise ValueError(f"mask must be bool (T, S) with T = {T} new tokens and {T} <= S <= {start + T}, "
+                         f"got {tuple(local.shape)}")
     allowed = torch.cat([torch.ones(T, start + T - local.shape[1], dtype=torch.bool, device=device), local], 1)
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
 
 
 class Block(nn.Module):
+    """One pre-LayerNorm transformer block: x + attention(ln_1(x)), then + MLP(ln_2(x))."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.n_head = config.n_head
@@ -103,10 +115,18 @@ class Block(nn.Module):
         self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
         self.fc_out = nn.Linear(4 * config.n_embd, config.n_embd)
 
-    def attend(self, x, mask, layer_cache, start):
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None, layer_cache: torch.Tensor | None,
+               start: int) -> torch.Tensor:
+        """Self-attention of the T new positions ``x`` (B, T, C); returns (B, T, C).
+
+        mask: additive (T, start + T) (``prefix_mask``), or None for causal over the new tokens
+              (with a cache: only when T == 1 or start == 0).
+        layer_cache: this layer's (2, H, block_size, D) slice of a ``KVCache`` (batch 1): the new
+              keys/values are written at ``start``, then attention reads all start + T of them.
+        """
         B, T, C = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv
+        qkv = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (3, B, H, T, D)
+        q, k, v = qkv  # each (B, H, T, D)
         if layer_cache is not None:
             # write the new keys/values after the committed prefix (one copy), attend over all of them
             layer_cache[:, :, start : start + T] = qkv[1:, 0]
@@ -118,12 +138,15 @@ class Block(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def forward(self, x, mask=None, layer_cache=None, start=0):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, layer_cache: torch.Tensor | None = None,
+                start: int = 0) -> torch.Tensor:
+        """(B, T, C) -> (B, T, C); ``mask``, ``layer_cache``, ``start`` as in ``attend``."""
         x = x + self.attend(self.ln_1(x), mask, layer_cache, start)
         return x + self.fc_out(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
 
-def one_block(block: Block, x, mask=None, cache: KVCache | None = None):
+def one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None = None,
+              cache: KVCache | None = None) -> torch.Tensor:
     """``block`` over new positions ``x`` (B, T, C) after a one-layer ``cache`` (batch 1): what
     the one-block heads (EAGLE, MTP) run. Causal by default; ``mask`` as in ``prefix_mask``."""
     T = x.shape[1]
@@ -136,6 +159,8 @@ def one_block(block: Block, x, mask=None, cache: KVCache | None = None):
 
 
 class GPT(nn.Module):
+    """The decoder: token + position embeddings, ``n_layer`` blocks, ``ln_f``, tied LM head."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -143,28 +168,28 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
-        self.packed_head = None  # set by pack_for_cpu
+        self.packed_head: PackedLinear | None = None  # set by pack_for_cpu
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("proj.weight", "fc_out.weight")):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * config.n_layer))
 
     @staticmethod
-    def _init_weights(module):
+    def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return self.wte.weight.device
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
 
-    def lm_head(self, hidden):
-        """Logits from final hidden states (tied to the input embedding)."""
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (..., V) from final hidden states (..., C) (tied to the input embedding)."""
         if self.packed_head is not None:
             return self.packed_head(self.ln_f(hidden))
         return F.linear(self.ln_f(hidden), self.wte.weight)
@@ -189,7 +214,9 @@ class GPT(nn.Module):
     def packed(self) -> bool:
         return self.packed_head is not None
 
-    def forward(self, idx, positions=None, mask=None, cache: KVCache | None = None, return_hidden=False):
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                cache: KVCache | None = None,
+                return_hidden: bool | tuple[int, ...] = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, T, V) for token ids ``idx`` (B, T).
 
         positions: (T,) position ids; default ``cache.length + arange(T)``.
@@ -215,10 +242,11 @@ class GPT(nn.Module):
                 raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
             pos = self.wpe(positions)
         # None + is_causal covers plain training; one cached token sees everything
-        attn_mask = prefix_mask(mask, start, T, idx.device, self.wte.weight.dtype) if mask is not None or (start > 0 and T > 1) else None
-        x = self.wte(idx) + pos
+        attn_mask = (prefix_mask(mask, start, T, idx.device, self.wte.weight.dtype)
+                     if mask is not None or (start > 0 and T > 1) else None)  # (T, start + T)
+        x = self.wte(idx) + pos  # (B, T, C)
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
-        kept = []
+        kept: list[torch.Tensor] = []
         for i, block in enumerate(self.blocks):
             x = block(x, attn_mask, cache.kv[i] if cache is not None else None, start)
             if i in layers:
@@ -233,33 +261,22 @@ class GPT(nn.Module):
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.wte.weight.dtype)
 
-    def check_tokens(self, idx, name="tokens") -> None:
-        """Token ids must lie in [0, vocab_size): the embedding's own IndexError names neither
-        the argument nor the vocabulary. One min/max on the ids (a few microseconds)."""
-        if idx.numel() and idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise ValueError(f"{name} must be integer token ids, got dtype {idx.dtype}")
-        if idx.numel():
-            low, high = (int(v) for v in torch.aminmax(idx))
-            if low < 0 or high >= self.config.vocab_size:
-                bad = low if low < 0 else high
-                raise ValueError(f"{name} must be token ids in [0, {self.config.vocab_size}) (the vocabulary size), got {bad}")
+    def check_tokens(self, idx: torch.Tensor, name: str = "tokens") -> None:
+        """Token ids must lie in [0, vocab_size) (``core.validate.check_token_tensor``)."""
+        check_token_tensor(idx, self.config.vocab_size, name)
 
     @torch.inference_mode()
-    def logits(self, tokens) -> np.ndarray:
-        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``.
-        At most ``block_size`` tokens: a longer context raises (dropping the oldest tokens
-        silently would give rows the protocol does not describe)."""
-        ids = np.asarray(list(tokens))
-        if ids.ndim != 1 or ids.size == 0:
-            raise ValueError(f"tokens must be a non-empty 1-D sequence of token ids, got {len(ids)} tokens")
+    def logits(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``,
+        float64 (len(tokens), V). At most ``block_size`` tokens: a longer context raises
+        (dropping the oldest tokens silently would give rows the protocol does not describe)."""
+        ids = check_token_sequence(list(tokens), self.config.vocab_size, "tokens")  # (T,) int64
         if len(ids) > self.config.block_size:
-            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, got {len(ids)}")
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"tokens must be integer token ids, got {ids.dtype} values")
-        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]
-        self.check_tokens(idx, "tokens")
+            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, "
+                             f"got {len(ids)}")
+        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]  # (1, T)
         return self(idx)[0].float().cpu().numpy().astype(np.float64)
 
 
-def config_dict(config: GPTConfig) -> dict:
+def config_dict(config: GPTConfig) -> dict[str, Any]:
     return asdict(config)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
 from lessonlib.models.checkpoints import config_from_meta, load_beside
 from lessonlib.models.gpt import one_block
-from lessonlib.models.train import distillation_loss
+from lessonlib.models.loop import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
 
@@ -126,8 +126,9 @@ def _unrolled_block(block: Block, x, memory, mask):
 
 
 def _ttt_mask(T, step, device):
-    """(T, (step + 1) T) mask of unroll step ``step`` (0: plain causal). Step j's query at s = a depth-j draft node whose last committed position is s - j: it
-    sees step-0 keys at positions <= s - j and the step-i key at s - j + i (its ancestors)."""
+    """(T, (step + 1) T) mask of unroll step ``step`` (0: plain causal). Step j's query at s = a
+    depth-j draft node whose last committed position is s - j: it sees step-0 keys at positions
+    <= s - j and the step-i key at s - j + i (its ancestors)."""
     s = torch.arange(T, device=device)[:, None]
     col = torch.arange(T, device=device)[None, :]
     blocks = [col <= s - step] + [col == s - step + i for i in range(1, step + 1)]
@@ -171,7 +172,8 @@ def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1):
     losses, agree = [], []
     for j, (logits, g) in enumerate(eagle_unroll(head, target, x, h, ttt_steps)):
         student, t = logits[:, j:].float(), teacher[:, j:]
-        losses.append(distillation_loss(student, t, "fkl") + REG_WEIGHT * F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))
+        losses.append(distillation_loss(student, t, "fkl")
+                      + REG_WEIGHT * F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))
         agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
     return losses, agree
 
@@ -207,7 +209,9 @@ HEAD_KINDS = ("eagle", "eagle3", "medusa")
 def build(kind, config: GPTConfig, n_heads=4):
     if kind not in HEAD_KINDS:
         raise ValueError(f"kind must be one of {HEAD_KINDS}, got {kind!r}")
-    return {"eagle": EagleHead, "eagle3": Eagle3Head}[kind](config) if kind != "medusa" else MedusaHeads(config, n_heads)
+    if kind == "medusa":
+        return MedusaHeads(config, n_heads)
+    return {"eagle": EagleHead, "eagle3": Eagle3Head}[kind](config)
 
 
 def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from lessonlib.core.validate import check_int
 from lessonlib.models import GPT, Block, GPTConfig, KVCache
 from lessonlib.models.gpt import one_block
 from lessonlib.models.steps import autocast, optimizer_step
@@ -65,9 +66,7 @@ class MTPModules(nn.Module):
 
     def __init__(self, config: GPTConfig, depth: int = 2):
         super().__init__()
-        if int(depth) != depth or depth < 1:
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-        self.config, self.depth = config, int(depth)
+        self.config, self.depth = config, check_int(depth, "depth", minimum=1)
         self.modules_ = nn.ModuleList(MTPModule(config) for _ in range(self.depth))
 
     def __getitem__(self, d: int) -> MTPModule:

@@ -20,8 +20,9 @@ import torch.nn as nn
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
 from lessonlib.models.heads import build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
+from lessonlib.models.loop import fit
+from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step
-from lessonlib.models.train import distillation_loss, fit, run_metadata
 
 EAGLE3_TTT = 3  # EAGLE-3's training-time test unrolls the head this many steps on its own outputs
 KINDS = {"eagle": ("eagle",), "eagle3": ("eagle3",), "medusa": ("medusa",), "both": ("eagle", "medusa"),
@@ -35,7 +36,8 @@ class Trainee(nn.Module):
     def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT):
         super().__init__()
         if eagle3_ttt < 2:
-            raise ValueError(f"eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), got {eagle3_ttt!r}")
+            raise ValueError("eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), "
+                             f"got {eagle3_ttt!r}")
         self.config, self.ttt_steps, self.eagle3_ttt = config, ttt_steps, eagle3_ttt
         self.heads = nn.ModuleDict({kind: build(kind, config, n_heads) for kind in kinds})
 
@@ -67,7 +69,7 @@ def _step(model: Trainee, optimizer, x, y, teacher=None, kind=None):
     kinds of the mean loss over depths."""
     with autocast(model.device):
         losses = model.losses(teacher, x)
-    return optimizer_step(model, optimizer, sum(sum(l) / len(l) for l, _ in losses.values()))
+    return optimizer_step(model, optimizer, sum(sum(per_depth) / len(per_depth) for per_depth, _ in losses.values()))
 
 
 @torch.no_grad()
@@ -129,7 +131,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
     parser.add_argument("--ttt", type=int, default=1,
-                        help="the EAGLE head's training-time test: unroll steps (1 = off; EAGLE-3 always unrolls EAGLE3_TTT)")
+                        help="the EAGLE head's training-time test: unroll steps "
+                             "(1 = off; EAGLE-3 always unrolls EAGLE3_TTT)")
     parser.add_argument("--heads", type=int, default=4, help="number of Medusa heads")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -141,10 +144,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kinds = KINDS[args.kind]
     started = time.time()
-    metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed, args.device,
-                        target_name=args.target, suffix=args.suffix, resume=args.resume)
+    metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed,
+                        args.device, target_name=args.target, suffix=args.suffix, resume=args.resume)
     for meta in metas.values():
-        print({k: meta[k] for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})
+        print({k: meta[k]
+               for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})
     print(f"({time.time() - started:.0f} s)")
 
 

@@ -45,7 +45,8 @@ def pytest(dest: pathlib.Path, args: list[str], timeout: float):
     env = dict(os.environ, PYTHONPATH=str(dest), LESSONLIB_TEST_TIMEOUT="60", LESSONLIB_OUTPUTS=str(dest / "outputs"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *args]
     done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
-    failed = [line.split(" ", 1)[1][:160] for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    failed = [line.split(" ", 1)[1][:160] for line in done.stdout.splitlines()
+              if line.startswith(("FAILED ", "ERROR "))]
     out = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode, failed, out[-1] if out else ""
 
@@ -90,7 +91,8 @@ def score(results) -> list[str]:
         scored = [r for r in rows if not r["equivalent"] and r["status"] != "error"]
         killed = sum(r["status"] == "killed" for r in scored)
         pct = 100 * killed / len(scored) if scored else float("nan")
-        lines.append(f"{group:<10} {killed:>6} / {len(scored):<6} {pct:>5.1f}%   {sum(r['equivalent'] for r in rows):>10}"
+        lines.append(f"{group:<10} {killed:>6} / {len(scored):<6} {pct:>5.1f}%"
+                     f"   {sum(r['equivalent'] for r in rows):>10}"
                      f"  {sum(r['status'] == 'survived' and not r['equivalent'] for r in rows):>8}"
                      f"  {sum(r['status'] == 'error' for r in rows):>6}")
     return lines
@@ -99,7 +101,8 @@ def score(results) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--group", choices=sorted(GROUP_TESTS))
-    parser.add_argument("--match", action="append", help="only mutants whose file or reason contains this text (repeatable)")
+    parser.add_argument("--match", action="append",
+                        help="only mutants whose file or reason contains this text (repeatable)")
     parser.add_argument("--check", action="store_true", help="only check that every snippet matches once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one mutant's test run")
     args = parser.parse_args(argv)

@@ -48,8 +48,8 @@ def _verify_residual(residual):
         recon = np.minimum(p, q) + (1 - alpha) * np.asarray(call(residual, "200 random pairs", p, q))
         worst = max(worst, float(np.abs(recon - p).max()))
     if worst > 1e-12:
-        fail("200 random pairs (vocab 16, 30% zeros)", f"min(p, q) + (1 - alpha) * residual differs from p by {worst:.3g}",
-             hint=RESIDUAL)
+        fail("200 random pairs (vocab 16, 30% zeros)",
+             f"min(p, q) + (1 - alpha) * residual differs from p by {worst:.3g}", hint=RESIDUAL)
     return [f"matches the reference on {len(cases)} cases (p == q, disjoint supports, zeros, one-hot) to 1e-12",
             f"min(p, q) + (1 − α)·residual(p, q) = p on 200 random pairs (largest error {worst:.1e})",
             "inputs left unmodified"]

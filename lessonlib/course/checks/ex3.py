@@ -8,7 +8,8 @@ import numpy as np
 
 from lessonlib.core import sampling, toy
 from lessonlib.course.checks import wrong
-from lessonlib.course.checks.framework import as_number, call, expect_close, expect_equal, fail, run_check, with_controls
+from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, run_check,
+                                               with_controls)
 
 
 # ----------------------------------------------------------------------------- 3a the loss
@@ -47,7 +48,8 @@ def _loss_hint(got, expected, kind, t, student, teacher):
                 "average over all B·T positions")
     if kind == "fkl":
         if abs(got - train.distillation_loss(teacher, student, "fkl", temperature=t).item()) < 1e-5:
-            return "that is KL(q || p): the arguments are swapped. Forward KL puts the teacher's p in front: Σ p log(p/q)"
+            return ("that is KL(q || p): the arguments are swapped. "
+                    "Forward KL puts the teacher's p in front: Σ p log(p/q)")
         p = torch.softmax(teacher / t, -1)
         if abs(got - expected - (-(p * p.log()).sum(-1).mean().item())) < 1e-4:
             return ("that is the cross-entropy −Σ p log q; KL subtracts the teacher's entropy: Σ p (log p − log q)")
@@ -79,7 +81,8 @@ def _verify_distillation_loss(distillation_loss):
         ref_loss = train.distillation_loss(s_ref, teacher, kind, labels=labels, temperature=t)
         (grad_ref,) = torch.autograd.grad(ref_loss, s_ref)
         expect_close(case + ", gradient", grad.numpy(), grad_ref.numpy(), atol=1e-5, hint=hint)
-    return [f"matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 ({len(_loss_cases())} cases)"]
+    return ["matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 "
+            f"({len(_loss_cases())} cases)"]
 
 
 def exercise_3a(distillation_loss):
@@ -100,8 +103,8 @@ def _alpha_cases():
     noisy = 0.6 * table + 0.4 * rng.dirichlet(np.full(vocab, 0.5), size=vocab)  # agrees on some rows only
     tokens = rng.integers(0, vocab, 120)
     target, draft = toy.markov(table), toy.markov(noisy)  # order-1 toy models in the logits(tokens) protocol
-    return [(f"toy order-1 models (vocab {vocab}), T={t:g}", target, draft, tokens, t) for t in (1.0, 0.0, 0.5, 2.0)] + [
-        ("draft == target, T=1", target, toy.markov(table), tokens, 1.0)]
+    return [(f"toy order-1 models (vocab {vocab}), T={t:g}", target, draft, tokens, t)
+            for t in (1.0, 0.0, 0.5, 2.0)] + [("draft == target, T=1", target, toy.markov(table), tokens, 1.0)]
 
 
 def _alpha_hint(got, expected, target, draft, tokens, t):

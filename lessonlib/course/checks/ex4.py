@@ -201,7 +201,8 @@ def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
         fail(case, f"emitted the tokens {list(seq)} ({n} of {rounds} rounds), which the rule can never emit "
              "(probability 0)", hint=SIBLINGS)
     chi_square_gate(case, counts, [exact[k] for k in keys], TREE_LEVEL, hint=SIBLINGS)
-    return [f"the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, false alarm {TREE_LEVEL:g})"]
+    return [f"the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, "
+            f"false alarm {TREE_LEVEL:g})"]
 
 
 def exercise_4d(verify_tree_sampled):

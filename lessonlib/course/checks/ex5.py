@@ -29,7 +29,8 @@ def _breakeven_cases():
              ("non-monotone curve: the first crossing", [0.0, 1.0, 2.0, 3.0], [0.9, 0.0, 0.9, 0.0], 0.45, None,
               INTERPOLATE),
              ("fixed K = 4", [0.0, 1.0, 2.0], [0.9, 0.5, 0.05], 0.1, 4, INTERPOLATE),
-             ("free draft (c = 0): alpha reaches 0 at T = 1", [0.0, 1.0, 2.0], [0.5, 0.0, 0.0], 0.0, None, AT_BREAKEVEN),
+             ("free draft (c = 0): alpha reaches 0 at T = 1", [0.0, 1.0, 2.0], [0.5, 0.0, 0.0], 0.0, None,
+              AT_BREAKEVEN),
              ("K = 4: alpha equals theory.breakeven_alpha(4, 0.1) from T = 1 on", [0.0, 1.0, 2.0], [0.6, a4, a4], 0.1,
               4, AT_BREAKEVEN)]
     for i in range(20):

@@ -205,7 +205,8 @@ def emitted_tokens(case: str, out, k: int) -> list[int]:
         fail(case, "token ids must be integers", got=out)
     if not 1 <= len(tokens) <= k + 1:
         fail(case, f"a round emits between 1 and K+1 = {k + 1} tokens, got {len(tokens)}", got=tokens,
-             hint="stop at the first rejection (one correction token); the bonus token comes only when all K are accepted")
+             hint="stop at the first rejection (one correction token); "
+                  "the bonus token comes only when all K are accepted")
     return tokens
 
 

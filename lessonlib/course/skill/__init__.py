@@ -19,7 +19,8 @@ from lessonlib.course.skill.recommend import (CONCURRENCIES, OFF_BELOW, alpha_fr
                                               recommend, speedup_grid, temperature_gate, verify_cost,
                                               worked_examples)
 from lessonlib.course.skill.render import build_skill, decision_block, skill_path, write_skill
-from lessonlib.course.skill.schema import check_forward_cost, load_measurements, measurements_path, validate_measurements
+from lessonlib.course.skill.schema import (check_forward_cost, load_measurements, measurements_path,
+                                           validate_measurements)
 
 ROOT = paths.ROOT
 

@@ -6,7 +6,8 @@ import json
 import sys
 
 from lessonlib.course.skill.recommend import recommend
-from lessonlib.course.skill.render import _jsonable, write_skill
+from lessonlib.course.skill.render import write_skill
+from lessonlib.jsonio import jsonable
 
 
 def main(argv=None):
@@ -23,7 +24,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.alpha is not None:
         decision = recommend(args.alpha, args.c, args.temperature, args.concurrency)
-        print(json.dumps(decision, indent=2, default=_jsonable))
+        print(json.dumps(decision, indent=2, default=jsonable))
         return 0
     print(f"wrote {write_skill(args.measurements, args.out)}")
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from lessonlib.bench import common, record
 
-FAMILIES = (("prompt lookup", "n-gram prompt lookup"), ("lookup + draft", "prompt lookup, the draft where it finds nothing"),
+FAMILIES = (("prompt lookup", "n-gram prompt lookup"),
+            ("lookup + draft", "prompt lookup, the draft where it finds nothing"),
             ("lookahead", "lookahead decoding"))
 BASELINE = "chain draft-kl"  # the tree benchmark's chain rows (the draft the course distils)
 

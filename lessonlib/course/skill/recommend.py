@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from lessonlib.core import theory
-from lessonlib.core.validate import check_c, check_int, check_temperature, check_unit
+from lessonlib.core.validate import check_c, check_int, check_positive_number, check_temperature, check_unit
 from lessonlib.course.skill import schema
 from lessonlib.course.skill.schema import check_forward_cost
 from lessonlib.decoding.fallback import FallbackPolicy, breakeven_temperature
@@ -119,8 +119,7 @@ def temperature_gate(temperatures, alphas, k, c, r):
     point at which the fallback policy running this k switches off. inf if it never does.
     """
     k, c = check_int(k, "k", minimum=1), float(check_c(c))
-    if not np.isscalar(r) or not np.isfinite(r) or r <= 0:
-        raise ValueError(f"r must be a finite number > 0 (target forward over k + 1 tokens / one-token step), got {r!r}")
+    r = check_positive_number(r, "r", "a finite number > 0 (target forward over k + 1 tokens / one-token step)")
     if k * c + r <= 1:  # a round no dearer than a plain step: every alpha pays
         return math.inf
     # E / (k c + r) = 1  <=>  E = k c' + 1 with c' = c + (r - 1) / k: the r = 1 function answers it
@@ -211,9 +210,39 @@ def _fallback(chosen, margin, window, probe_every):
     """FallbackPolicy settings for the chosen K, with the thresholds priced like the decision."""
     k, cost, r = chosen["k"], chosen["c"], chosen["r"]
     return {"k": k, "c": cost, "r": r, "window": window, "min_rounds": window, "probe_every": probe_every,
-            "probe_window": min(POLICY_DEFAULTS["probe_window"], window), "off_below": OFF_BELOW, "on_above": 1 + margin,
+            "probe_window": min(POLICY_DEFAULTS["probe_window"], window), "off_below": OFF_BELOW,
+            "on_above": 1 + margin,
             "alpha_off": float(theory.alpha_for_speedup(OFF_BELOW, k, cost, r)),
             "alpha_on": float(theory.alpha_for_speedup(1 + margin, k, cost, r))}
+
+
+def _per_draft(alpha, alphas, coverage, alpha_curve):
+    """recommend's coverage and alpha curves, checked: ({draft: coverage or None}, {draft: curve})."""
+    coverages = dict(coverage or {}) if isinstance(alpha, dict) else {"draft": coverage}
+    unknown = (set(alpha_curve or {}) | {n for n, v in coverages.items() if v}) - set(alphas)
+    if unknown:
+        raise ValueError(f"alpha_curve / coverage name drafts not in alpha: {sorted(unknown)}")
+    coverages = {name: _coverage(coverages.get(name), "coverage" if name == "draft" else f"coverage[{name!r}]")
+                 for name in alphas}
+    curves = {name: _curve(curve, f"alpha_curve[{name!r}]") for name, curve in (alpha_curve or {}).items()}
+    return coverages, curves
+
+
+def _reasons(chosen, temperature, concurrency, k_max, coverage, forward_cost, margin):
+    """Why the chosen draft should not speculate (empty: it should), and the concurrency limit
+    (None without a forward-cost curve)."""
+    reasons = []
+    if chosen["expected_speedup"] < 1 + margin:
+        reasons.append(f"best predicted speedup {chosen['expected_speedup']:.3f} < 1 + margin = {1 + margin:.3f}")
+    gate = chosen["temperature_gate"]
+    if gate is not None and temperature >= gate:
+        reasons.append(f"temperature {temperature} >= the gate {gate:.3f} of this draft at K = {chosen['k']}")
+    limit = None
+    if forward_cost is not None:
+        limit = _concurrency_limit(chosen["alpha"], chosen["c"], k_max, coverage, forward_cost, margin)
+        if concurrency > limit:
+            reasons.append(f"concurrency {concurrency} > limit {limit}")
+    return reasons, limit
 
 
 def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, coverage=None,
@@ -238,31 +267,15 @@ def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, cov
     """
     alphas, costs = _as_candidates(alpha, c)
     concurrency, k_max = _check_settings(temperature, concurrency, k_max, margin)
-    coverages = dict(coverage or {}) if isinstance(alpha, dict) else {"draft": coverage}
-    unknown = (set(alpha_curve or {}) | {n for n, v in coverages.items() if v}) - set(alphas)
-    if unknown:
-        raise ValueError(f"alpha_curve / coverage name drafts not in alpha: {sorted(unknown)}")
-    coverages = {name: _coverage(coverages.get(name), "coverage" if name == "draft" else f"coverage[{name!r}]")
-                 for name in alphas}
-    curves = {name: _curve(curve, f"alpha_curve[{name!r}]") for name, curve in (alpha_curve or {}).items()}
+    coverages, curves = _per_draft(alpha, alphas, coverage, alpha_curve)
     if forward_cost is not None:
         check_forward_cost(forward_cost)
     candidates = {name: _candidate(alphas[name], costs[name], coverages[name], curves.get(name),
                                    k_max, concurrency, forward_cost) for name in alphas}
     best = max(candidates, key=lambda name: candidates[name]["expected_speedup"])
     chosen = candidates[best]
-
-    reasons = []
-    if chosen["expected_speedup"] < 1 + margin:
-        reasons.append(f"best predicted speedup {chosen['expected_speedup']:.3f} < 1 + margin = {1 + margin:.3f}")
     gate = chosen["temperature_gate"]
-    if gate is not None and temperature >= gate:
-        reasons.append(f"temperature {temperature} >= the gate {gate:.3f} of this draft at K = {chosen['k']}")
-    limit = None
-    if forward_cost is not None:
-        limit = _concurrency_limit(chosen["alpha"], chosen["c"], k_max, coverages[best], forward_cost, margin)
-        if concurrency > limit:
-            reasons.append(f"concurrency {concurrency} > limit {limit}")
+    reasons, limit = _reasons(chosen, temperature, concurrency, k_max, coverages[best], forward_cost, margin)
     speculate = not reasons
     fallback = _fallback(chosen, margin, window, probe_every)
     k, tau = chosen["k"], chosen["expected_tokens_per_verify"]

@@ -32,6 +32,7 @@ import pathlib
 import numpy as np
 
 from lessonlib import paths
+from lessonlib.core.validate import check_int, check_ks
 
 FILE_NAME = "temperature.json"
 C_MEASURED = ("warm", "in the decoding loop")
@@ -62,7 +63,8 @@ def _numbers(values, field, n=None, lo=None, hi=None, positive=False):
         raise ValueError(f"measurements {field} must be a 1-D list of finite numbers, got {values!r}")
     if n is not None and len(arr) != n:
         raise ValueError(f"measurements {field} must have one value per temperature ({n}), got {len(arr)}")
-    if (lo is not None and np.any(arr < lo)) or (hi is not None and np.any(arr > hi)) or (positive and np.any(arr <= 0)):
+    if (lo is not None and np.any(arr < lo)) or (hi is not None and np.any(arr > hi)) \
+            or (positive and np.any(arr <= 0)):
         bound = "> 0" if positive else f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ValueError(f"measurements {field} must be {bound}, got {values!r}")
     return arr
@@ -104,23 +106,22 @@ def _alpha_decoding(m):
 
 
 def _count(value, field):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"measurements {field} must be an integer >= 1, got {value!r}")
+    check_int(value, f"measurements {field}", minimum=1)
 
 
 def _wallclock(m):
     for draft, row in m.get("wallclock", {}).items():
         ts = _numbers(row.get("temperatures"), f"wallclock[{draft!r}]['temperatures']", lo=0.0)
-        ks = _numbers(row.get("k"), f"wallclock[{draft!r}]['k']", len(ts), lo=1.0)
-        if np.any(np.mod(ks, 1) != 0):
-            raise ValueError(f"measurements wallclock[{draft!r}]['k'] must be integers >= 1, got {row['k']!r}")
+        _numbers(row.get("k"), f"wallclock[{draft!r}]['k']", len(ts), lo=1.0)
+        check_ks(row["k"], f"measurements wallclock[{draft!r}]['k']")
         _numbers(row.get("speedup"), f"wallclock[{draft!r}]['speedup']", len(ts), positive=True)
         for key in ("tau", "speedup_q25", "speedup_q75"):
             if key in row:
                 _numbers(row[key], f"wallclock[{draft!r}][{key!r}]", len(ts), lo=1.0 if key == "tau" else 0.0)
         _count(row.get("prompts", 1), f"wallclock[{draft!r}]['prompts']")
         if row.get("kind", "sampled") not in ("sampled", "greedy"):
-            raise ValueError(f"measurements wallclock[{draft!r}]['kind'] must be 'sampled' or 'greedy', got {row['kind']!r}")
+            raise ValueError(f"measurements wallclock[{draft!r}]['kind'] must be 'sampled' or 'greedy', "
+                             f"got {row['kind']!r}")
 
 
 def _fallback(fb):
@@ -145,7 +146,8 @@ def validate_measurements(m):
             raise ValueError(f"measurements lack {key!r} (schema in lessonlib.course.skill.schema)")
     ts = _numbers(m["temperatures"], "temperatures", lo=0.0)
     if len(ts) < 2 or np.any(np.diff(ts) <= 0):
-        raise ValueError(f"measurements temperatures must be at least 2, strictly increasing, got {m['temperatures']!r}")
+        raise ValueError(f"measurements temperatures must be at least 2, strictly increasing, "
+                         f"got {m['temperatures']!r}")
     _count(m["heldout_tokens"], "heldout_tokens")
     _costs(m["c"], "c")
     if "c_warm" in m:
@@ -159,7 +161,8 @@ def validate_measurements(m):
     if m.get("forward_cost") is not None:
         fc = m["forward_cost"]
         if not isinstance(fc, dict) or not {"tokens", "cost"} <= set(fc):
-            raise ValueError(f"measurements forward_cost must be {{'tokens': [...], 'cost': [...]}} or null, got {fc!r}")
+            raise ValueError(f"measurements forward_cost must be {{'tokens': [...], 'cost': [...]}} or null, "
+                             f"got {fc!r}")
         check_forward_cost((fc["tokens"], fc["cost"]))
 
 

@@ -2,8 +2,9 @@
 
 Each entry (``framework.Wrong``) is a plausible student answer with one mistake, the piece of
 the message its check must print (what to fix) and one line for the instructor notes. The
-checks take their negative controls from here (``controls``), and ``tests/test_checks.py`` runs
-every entry through its check and asserts it is rejected with that hint.
+checks take their negative controls from here (``controls``), and
+``tests/course/test_checks.py`` runs every entry through its check and asserts it is rejected
+with that hint.
 
     from lessonlib.course.checks import wrong
     wrong.CATALOGUE                 # every entry, exercise by exercise

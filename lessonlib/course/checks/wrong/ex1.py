@@ -190,7 +190,8 @@ FRESH_U = "a fresh u for each draft"
 ENTRIES = [
     Wrong("1a", "unnormalised", lambda p, q: np.maximum(p - q, 0), NORMALISE,
           "returns max(p − q, 0) without dividing by its sum"),
-    Wrong("1a", "sign swapped", residual_sign_swapped, NORMALISE, "max(q − p, 0): the draft's excess, not the target's"),
+    Wrong("1a", "sign swapped", residual_sign_swapped, NORMALISE,
+          "max(q − p, 0): the draft's excess, not the target's"),
     Wrong("1a", "absolute difference", lambda p, q: _norm(np.abs(p - q)), NORMALISE, "normalises |p − q|"),
     Wrong("1a", "no zero-mass guard", residual_no_zero_mass_guard, "return p in that case",
           "divides 0 by 0 when p == q (returns nan)"),

@@ -45,8 +45,8 @@ ONE_POWER = "E = 1 + α + α² + … + α^K"
 WALL = "one round costs K draft steps (K·c) plus one target pass (1)"
 SPEEDUP = "speedup = E(α, K)/(K·c + 1)"
 ENTRIES = [
-    Wrong("2a", "one power short", lambda a, k: sum(np.asarray(a, dtype=float) ** j for j in range(k)), "one power short",
-          "sums α⁰ … α^(K−1): K terms instead of K + 1"),
+    Wrong("2a", "one power short", lambda a, k: sum(np.asarray(a, dtype=float) ** j for j in range(k)),
+          "one power short", "sums α⁰ … α^(K−1): K terms instead of K + 1"),
     Wrong("2a", "0/0 at α = 1", tokens_closed_form_without_alpha_one, "avoid dividing 0 by 0",
           "the closed form without the α = 1 case returns nan"),
     Wrong("2a", "linear in α", lambda a, k: 1 + k * np.asarray(a, dtype=float), ONE_POWER, "1 + K·α, the linear "

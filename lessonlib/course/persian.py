@@ -1,0 +1,162 @@
+"""Building the Persian notebooks from the English ones and the catalogs (``catalogs``).
+
+``persian_notebook`` copies an English notebook unchanged (code cells, ids, tags, outputs) and
+replaces each markdown cell that has a current, non-fuzzy translation by the Persian text in a
+right-to-left block (``rtl_markdown``), its relative links pointing at the Persian editions
+(``relink``); ``plan`` maps every Persian notebook, exercises included (generated from the
+Persian solutions by ``lessonlib.course.exercises``), to the text it should hold, and ``build``
+writes the ones that changed.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import sys
+
+import nbformat
+
+from lessonlib.course import exercises
+from lessonlib.course.catalogs import BUILD, LANG, ROOT, catalog_path, english_notebooks, load_catalog, translation
+
+FOLDERS = ("notebooks", "solutions", "exercises")
+
+RTL_OPEN, RTL_CLOSE = f'<div dir="rtl" lang="{LANG}">', "</div>"
+LTR_OPEN, LTR_CLOSE = '<span dir="ltr">', "</span>"
+FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})")
+# Code spans first, so that a $ inside code is not read as math; display math ($$...$$) is left
+# alone (MathJax centres it and lays it out left to right); inline math is wrapped like code.
+INLINE = re.compile(r"(?P<code>(?<!`)(?P<ticks>`+)(?!`)[^\n]+?(?<!`)(?P=ticks)(?!`))"
+                    r"|(?P<display>(?<!\\)\$\$(?s:.+?)(?<!\\)\$\$)"
+                    r"|(?P<math>(?<!\\)\$[^$\n]+?(?<!\\)\$|\\\([^\n]+?\\\))")
+LINK = re.compile(r"""(?P<lead>\]\(\s*<?|\b(?:src|href)\s*=\s*["'])(?P<target>[^)\s"'<>]+)""")
+NOTEBOOK = re.compile(r"[0-9][0-9]_[^/]*\.ipynb")
+
+
+def persian_path(english: pathlib.Path, folder: str | None = None) -> pathlib.Path:
+    """notebooks/X.ipynb -> notebooks/fa/X.ipynb (or another top folder: exercises/fa/X.ipynb)."""
+    parent = english.parent if folder is None else english.parent.parent / folder
+    return parent / LANG / english.name
+
+
+# --- right to left -------------------------------------------------------------------------
+
+def _isolate_ltr(prose: str) -> str:
+    """Wrap inline code and inline math in an LTR span: inside RTL text a span like
+    `--flag` or $K + 1$ would otherwise have its edge characters moved to the wrong end."""
+    def wrap(match: re.Match) -> str:
+        return match[0] if match["display"] else f"{LTR_OPEN}{match[0]}{LTR_CLOSE}"
+    return INLINE.sub(wrap, prose)
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """Split Markdown into ("prose", ...) and ("code", ...) parts at top-level fenced code blocks."""
+    blocks: list[tuple[str, str]] = []
+    lines: list[str] = []
+    fence = None
+    for line in text.split("\n"):
+        opens = FENCE.match(line) if fence is None else None
+        closes = fence is not None and re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", line)
+        if opens:
+            blocks.append(("prose", "\n".join(lines)))
+            lines, fence = [line], opens["fence"]
+        elif closes:
+            blocks.append(("code", "\n".join(lines + [line])))
+            lines, fence = [], None
+        else:
+            lines.append(line)
+    blocks.append(("code" if fence else "prose", "\n".join(lines)))
+    return [(kind, body) for kind, body in blocks if body.strip()]
+
+
+def rtl_markdown(text: str) -> str:
+    """Persian Markdown as it goes into the notebook: prose in ``<div dir="rtl">`` blocks (blank
+    lines around the content so the Markdown inside still renders), inline code and math in LTR
+    spans, and fenced code blocks between the RTL blocks, left to right."""
+    parts = []
+    for kind, body in _blocks(text):
+        if kind == "code":
+            parts.append(body)
+        else:
+            parts.append(f"{RTL_OPEN}\n\n{_isolate_ltr(body.strip(chr(10)))}\n\n{RTL_CLOSE}")
+    return "\n\n".join(parts)
+
+
+def relink(text: str, english: pathlib.Path, persian: pathlib.Path, root: pathlib.Path) -> str:
+    """Rewrite relative links for the Persian notebook's folder; links to a course notebook
+    (notebooks/, solutions/, exercises/) point to its Persian edition."""
+    def fix(match: re.Match) -> str:
+        target = match["target"]
+        if re.match(r"[a-z][a-z0-9+.-]*:|#|/", target, re.I):  # URL, attachment:, anchor, absolute
+            return match[0]
+        path, hash_, anchor = target.partition("#")
+        dest = pathlib.Path(os.path.normpath(english.parent / path))
+        if dest.parent.parent == root and dest.parent.name in FOLDERS and NOTEBOOK.fullmatch(dest.name):
+            dest = dest.parent / LANG / dest.name
+        new = pathlib.Path(os.path.relpath(dest, persian.parent)).as_posix()
+        return match["lead"] + new + hash_ + anchor
+    return LINK.sub(fix, text)
+
+
+# --- building the Persian notebooks ----------------------------------------------------------
+
+def persian_notebook(root: pathlib.Path, english: pathlib.Path) -> nbformat.NotebookNode:
+    """The Persian edition of one English notebook (in memory)."""
+    nb = nbformat.read(english, as_version=4)
+    catalog = catalog_path(root, english)
+    po = load_catalog(catalog) if catalog.exists() else None
+    target = persian_path(english)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue  # code cells, their outputs and metadata are the English ones, untouched
+        persian = translation(po, cell.get("id"), cell.source)
+        text = rtl_markdown(persian) if persian is not None else cell.source
+        cell.source = relink(text, english, target, root)
+    nb.metadata["lessonlib"] = {"translated_from": english.relative_to(root).as_posix(),
+                                "translations": catalog.relative_to(root).as_posix(),
+                                "regenerate_with": BUILD}
+    return nb
+
+
+def _text(nb: nbformat.NotebookNode) -> str:
+    nbformat.validate(nb)
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _stale(root: pathlib.Path, expected: dict) -> dict[pathlib.Path, None]:
+    """Persian notebooks on disk that no English notebook generates."""
+    on_disk = [p for folder in FOLDERS for p in sorted((root / folder / LANG).glob("*.ipynb"))]
+    return {p: None for p in on_disk if p not in expected}
+
+
+def plan(root: pathlib.Path = ROOT) -> dict[pathlib.Path, str | None]:
+    """Every Persian notebook mapped to the text it should hold (None: stale, no English source)."""
+    expected: dict[pathlib.Path, str | None] = {}
+    for english in english_notebooks(root):
+        nb = persian_notebook(root, english)
+        expected[persian_path(english)] = _text(nb)
+        if english.parent.name == "solutions":  # the Persian exercise, from the Persian solution
+            exercise = exercises.exercise_notebook(nb, f"{LANG}/{english.name}")
+            exercise.metadata["lessonlib"]["regenerate_with"] = BUILD
+            expected[persian_path(english, "exercises")] = _text(exercise)
+    expected.update(_stale(root, expected))
+    return expected
+
+
+def build(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Write every Persian notebook that changed; stale ones are reported, never deleted."""
+    written = []
+    for path, text in plan(root).items():
+        if text is None:
+            print(f"warning: {path.relative_to(root)} has no English source", file=sys.stderr)
+        elif not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def notebooks_out_of_date(root: pathlib.Path = ROOT) -> list[str]:
+    """Persian notebooks that differ from what ``build`` would write (empty when in sync)."""
+    return exercises.stale(plan(root), root, "no English source", "out of date")

@@ -1,0 +1,67 @@
+"""The table of record (lessonlib.bench.record): every benchmark's method rows, the best K per
+setting, and a chain's drafting priced at K c. Nothing here asserts on time."""
+import json
+
+import pytest
+
+from lessonlib.bench import record
+from lessonlib.decoding import measures
+
+
+def _reports(folder):
+    """A decode.json and a tree.json as the benchmarks write them (two drafts x two K, three tree rows)."""
+    def spread(x):
+        return {k: measures.summary([x, x + 0.1, x + 0.2, x + 0.3, x + 0.4]) for k in record.QUANTITIES}
+
+    rows = [{"corpus": "code", "temperature": 0.0, "threads": t, "draft": d, "k": k, "method": f"chain {d} K={k}",
+             "prompts": 5, "spread": spread(k / 10 + (d == "draft-kl"))}
+            for t in (1, 2) for d in ("draft-ce", "draft-kl") for k in (2, 3)]
+    plain = [{"corpus": "code", "temperature": 0.0, "threads": t, "prompts": 5, "spread": spread(250.0 * t)}
+             for t in (1, 2)]
+    (folder / "decode.json").write_text(json.dumps({"settings": {"new_tokens": 128, "prompt_len": 64, "repeats": 3},
+                                                    "machine": {"platform": "test"}, "rows": rows, "plain": plain}))
+    tree_rows = [{"method": "plain", "family": "plain", "spread": spread(1.0), "prompts": 5}] + [
+        {"method": m, "family": "EAGLE tree", "spread": spread(1.0), "prompts": 5}
+        for m in ("EAGLE tree 2-1", "EAGLE tree 3-2")] + [
+        {"method": "prompt lookup K=4", "family": "prompt lookup", "spread": spread(0.9), "prompts": 5}]
+    (folder / "tree.json").write_text(json.dumps({"setup": {"threads": 1, "prompts": 5, "new_tokens": 128,
+                                                            "prompt_tokens": 64, "repeats": 3},
+                                                  "machine": {"platform": "test"}, "rows": tree_rows}))
+
+
+def test_record_picks_up_every_method_row(tmp_path):
+    _reports(tmp_path)
+    rows = record.collect(tmp_path)
+    assert len(rows) == 2 + 8 + 3  # plain and every chain K at both thread counts, every tree row but plain
+    assert ([r["tokens_per_second"]["median"] for r in record.find(rows, method="plain")]
+            == pytest.approx([250.2, 500.2]))
+    assert ({r["method"] for r in rows if r["source"] == "tree"}
+            == {"EAGLE tree 2-1", "EAGLE tree 3-2", "prompt lookup K=4"})
+    assert all(r["prompts"] == 5 and r["speedup"]["n"] == 5 for r in rows)
+    shown = record.shown(rows)  # the Markdown: each chain draft at its best K per setting, all tree rows
+    assert sorted((r["family"], r["threads"], r["k"]) for r in shown if r["source"] == "decode" and r["k"]) == [
+        ("chain draft-ce", 1, 3), ("chain draft-ce", 2, 3), ("chain draft-kl", 1, 3), ("chain draft-kl", 2, 3)]
+    assert len(shown) == 2 + 4 + 3
+    out = record.write(tmp_path)
+    md = (out / "record.md").read_text()
+    assert "prompt lookup K=4" in md and "chain draft-kl K=2" not in md
+    assert len(json.loads((out / "record.json").read_text())["rows"]) == 13
+
+
+def test_record_of_an_empty_folder_is_empty(tmp_path):
+    assert record.collect(tmp_path) == []
+    assert record.find([{"family": "a", "threads": 1}, {"family": "a", "threads": 2}], family="a", threads=2) == [
+        {"family": "a", "threads": 2}]
+
+
+def test_record_prices_a_chains_drafting_at_k_times_c(tmp_path):
+    c = measures.summary([0.08, 0.09, 0.10, 0.11, 0.12])
+    row = {"corpus": "code", "temperature": 0.0, "threads": 1, "draft": "draft-kl", "k": 3,
+           "method": "chain draft-kl K=3", "prompts": 5, "spread": {"c": c, "speedup": c}}
+    (tmp_path / "decode.json").write_text(json.dumps({"settings": {}, "rows": [row], "plain": []}))
+    [got] = record.collect(tmp_path)
+    assert got["draft_cost_per_round"]["median"] == pytest.approx(3 * c["median"])
+    assert got["draft_cost_per_round"]["q25"] == pytest.approx(3 * c["q25"]) and got["draft_cost_per_round"]["n"] == 5
+    measured = dict(row, spread={"c": c, "draft_cost_per_round": c})  # a measured cost is kept as it is
+    (tmp_path / "decode.json").write_text(json.dumps({"settings": {}, "rows": [measured], "plain": []}))
+    assert record.collect(tmp_path)[0]["draft_cost_per_round"] == c
