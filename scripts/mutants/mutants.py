@@ -175,12 +175,14 @@ MUTANTS = [
      "                q_rows.append(softmax(logits, 1.0))\n"
      "                drafts.append(int(inverse_cdf(softmax(logits, tq),",
      "draft q recorded at T = 1 while drafts are sampled at T"),
-    ("decoding", DRAFT, "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
+    ("decoding", DRAFT,
+     "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
      "one-hot\n                    q_rows.append(softmax(logits, tq))",
      "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
      "one-hot\n                    q_rows.append(softmax(logits, sampling.temperature))",
      "a greedy draft's q recorded as its softmax at the target's T (not one-hot)"),
-    ("decoding", DRAFT, "        self.pending = list(seq[self.cache.length :])", "        self.pending = list(seq[-1:])",
+    ("decoding", DRAFT, "        self.pending = list(seq[self.cache.length :])",
+     "        self.pending = list(seq[-1:])",
      "draft fed only the last token (wrong context after a fully accepted round)"),
     ("decoding", DRAFT, "        self.cache.truncate(min(self.cache.length, len(seq) - 1))",
      "        self.cache.truncate(min(self.cache.length, len(seq)))",
@@ -189,7 +191,8 @@ MUTANTS = [
      "            clock(\"draft\", feed, self.model, self.cache, seq[:-1], rows=1)\n", "",
      "ChainDrafter.commit does not prefill an empty cache (the first draft step feeds the whole prompt: "
      "the prefill timed as a draft step, in c)"),
-    ("decoding", DEC, "max_new_tokens, rounds=max_new_tokens,", "max_new_tokens, rounds=clock.calls.get(\"target\", 0),",
+    ("decoding", DEC, "max_new_tokens, rounds=max_new_tokens,",
+     "max_new_tokens, rounds=clock.calls.get(\"target\", 0),",
      "plain decoding forgets the prefill's forward (rounds counted from the timed one-token steps, "
      "not the tokens: the first token comes from the prefill)"),
     ("decoding", DEC, "extra=k - 1, name=\"the target\")", "extra=k - 2, name=\"the target\")",
@@ -197,14 +200,15 @@ MUTANTS = [
     ("decoding", DEC, "    if check_temperature(temperature) <= GREEDY_TEMPERATURE:",
      "    if temperature <= GREEDY_TEMPERATURE:",
      "a negative temperature means greedy in plain steps"),
-    # ------------------------------------------------------------------ decoding: the round (draft, verify, accept, commit)
+    # ------------------------------------------------------------------ decoding: the round (draft ... commit)
     ("decoding", ROUND, "        check_temperature(self.temperature)  # a negative T raises, it is not greedy\n", "",
      "a negative temperature means greedy in a round (Sampling, which every loop and every step of the fallback "
      "stream builds, no longer checks it)"),
     ("decoding", ROUND, "        return self.temperature if self.draft_temperature is None else self.draft_temperature",
      "        return self.temperature",
      "the draft samples at the target's temperature whatever draft_temperature says"),
-    ("decoding", ROUND, "    return check_rng(rng, SAMPLING_RNG)", "    return None if rng is None else check_rng(rng, SAMPLING_RNG)",
+    ("decoding", ROUND, "    return check_rng(rng, SAMPLING_RNG)",
+     "    return None if rng is None else check_rng(rng, SAMPLING_RNG)",
      "check_sampling_rng lets a sampling loop run without a Generator (rng=None fails later, unnamed)"),
     ("decoding", ROUND, "    if sampling.greedy and (sampling.draft_temperature is None or "
      "sampling.draft_temperature <= GREEDY_TEMPERATURE):",
@@ -215,13 +219,16 @@ MUTANTS = [
      "Proposal.is_chain true for any tree (a tree verified with the causal mask and the chain rules)"),
     ("decoding", ROUND, "        return bool((self.proposal.parents == last).any())", "        return False",
      "judged_one_more always False (alpha never counts a rejected draft)"),
-    ("decoding", ROUND, "    check_token_ids(proposal.tokens, target.config.vocab_size, \"tokens (the drafted tree)\")\n",
-     "",
-     "the chain verify path skips check_token_ids (a drafted token outside the vocabulary is caught by the GPT, "
-     "whose error names idx, not the drafted tokens)"),
-    ("decoding", ROUND, "        if cache.length + n + 1 > cache.capacity:", "        if cache.length + n + 1 >= cache.capacity:",
+    ("decoding", ROUND, "    if not vocab_checked:\n        check_token_ids(proposal.tokens,",
+     "    if False:\n        check_token_ids(proposal.tokens,",
+     "the chain verify path skips check_token_ids (a drafter without a vocabulary of its own: its chain takes "
+     "the causal forward, not tree_forward, and a token outside the vocabulary is caught by the GPT, whose "
+     "error names idx, not the drafted tokens)"),
+    ("decoding", ROUND, "        if cache.length + n + 1 > cache.capacity:",
+     "        if cache.length + n + 1 >= cache.capacity:",
      "a chain that exactly fills the context rejected"),
-    ("decoding", ROUND, "    if cache.length + len(mask) > cache.capacity:", "    if cache.length + len(mask) >= cache.capacity:",
+    ("decoding", ROUND, "    if cache.length + len(mask) > cache.capacity:",
+     "    if cache.length + len(mask) >= cache.capacity:",
      "a tree that exactly fills the context rejected"),
     ("decoding", ROUND, "    if proposal.q is not None:  # sampled drafts", "    if False:  # sampled drafts",
      "a sampled chain judged by the sibling rule for deterministic candidates (its q ignored)"),
@@ -231,9 +238,13 @@ MUTANTS = [
     ("decoding", ROUND, "            return list(range(len(emitted) - 1)), emitted",
      "            return list(range(len(emitted))), emitted",
      "greedy chain path one node too long (the correction token's row committed as an accepted draft)"),
-    ("decoding", ROUND, "    cache.keep(start, keep)\n", "    cache.keep(start, keep)\n    cache.truncate(cache.length - 1)\n",
-     "target cache rolls back one token too far (the old loop re-fed a committed token every round; the round "
-     "feeds only the root, so every later token sits one position early with a token missing)"),
+    ("decoding", ROUND, "        cache.truncate(start + len(keep))", "        cache.truncate(start + len(keep) - 1)",
+     "target cache rolls back one token too far after a chain round (the old loop then re-fed a committed "
+     "token; the round feeds only the root, so every later token sits one position early, a token missing)"),
+    ("decoding", ROUND, "    if proposal.is_chain:  # the accepted nodes are a prefix",
+     "    if True:  # the accepted nodes are a prefix",
+     "a tree's accepted path committed by truncation as if it were a prefix (the cache keeps the first nodes, "
+     "not the path)"),
     ("decoding", ROUND, "out = clock(\"prefill\", feed, target, cache, seq[:-1], rows=1",
      "out = clock(\"prefill\", feed, target, cache, seq, rows=1",
      "the target prefilled with the whole prompt (the first round feeds its last token again)"),
@@ -242,7 +253,8 @@ MUTANTS = [
     ("decoding", ROUND, "    if vocab is not None and vocab != target.config.vocab_size:", "    if False:",
      "a draft of another vocabulary accepted"),
     # ------------------------------------------------------------------ decoding: DecodeStats (the counts)
-    ("decoding", DSTATS, "        self.judged += n_accepted + bool(judged_one_more)", "        self.judged += n_accepted + 1",
+    ("decoding", DSTATS, "        self.judged += n_accepted + bool(judged_one_more)",
+     "        self.judged += n_accepted + 1",
      "alpha counts a rejection in a fully accepted round"),
     ("decoding", DSTATS, "        self.emitted += n_accepted + 1", "        self.emitted += n_accepted",
      "emitted forgets each round's own target token (tau one short per round)"),
@@ -305,7 +317,8 @@ MUTANTS = [
      "reference loop records q at T = 1"),
     ("decoding", REF, "q = softmax(_next_logits(draft, seq + drafts, \"draft\")[0], temperature)",
      "q = softmax(_next_logits(draft, seq, \"draft\")[0], temperature)", "reference draft never sees its own drafts"),
-    ("decoding", REF, "        stats.record_round(k, n_ok, n_ok < k, k)", "        stats.record_round(k, n_ok, True, k)",
+    ("decoding", REF, "        stats.record_round(k, n_ok, n_ok < k, k)",
+     "        stats.record_round(k, n_ok, True, k)",
      "reference alpha counts a rejection in full rounds"),
     ("decoding", REF, "else cast(int, sample(softmax(z, temperature), cast(np.random.Generator, rng))))",
      "else cast(int, sample(softmax(z, 1.0), cast(np.random.Generator, rng))))",

@@ -4,7 +4,7 @@ the test files that speak for it, and print who killed what and the score per gr
     python scripts/mutants/run.py               # every mutant (about an hour on 2 busy cores)
     python scripts/mutants/run.py --group core  # one group: core, decoding, "kv cache"
     python scripts/mutants/run.py --match tree  # mutants whose file or reason contains "tree" (repeatable)
-    python scripts/mutants/run.py --check       # only check that every snippet still matches once
+    python scripts/mutants/run.py --check       # only check that every snippet still matches once (and compiles)
 
 A mutant is killed when its test run fails (a failing test, or a hang: every test has a
 LESSONLIB_TEST_TIMEOUT of 60 s and the whole run ``--timeout`` seconds). The copy holds
@@ -75,12 +75,19 @@ def run_tests(dest: pathlib.Path, tests: list[str], timeout: float, deselect: li
 
 
 def check(mutants) -> list[str]:
-    """The mutants whose original snippet no longer occurs exactly once (stale after an edit)."""
+    """The mutants whose original snippet no longer occurs exactly once, or whose mutated file no
+    longer compiles (stale after an edit: a snippet can still match inside a re-indented line)."""
     stale = []
     for group, path, original, mutated, why in mutants:
-        count = (ROOT / path).read_text().count(original)
+        source = (ROOT / path).read_text()
+        count = source.count(original)
         if count != 1:
             stale.append(f"{path}: {why!r} (snippet found {count} times)")
+            continue
+        try:
+            compile(source.replace(original, mutated), path, "exec")
+        except SyntaxError as err:
+            stale.append(f"{path}: {why!r} (the mutated file does not compile: {err.msg}, line {err.lineno})")
     return stale
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from lessonlib.core import tree
+from lessonlib.core.sampling import softmax
 from lessonlib.decoding import decode, fallback, lookahead, prompt_lookup, reference, tree_decode
 from lessonlib.decoding import round as round_
 from lessonlib.decoding.drafters import ChainDrafter, ModelDrafter, NoDraft
@@ -237,3 +238,48 @@ def test_a_tree_runs_json_row_counts_the_last_rounds_surplus():
     assert row["tau"] == s.tau == 3.5 and row["alpha"] == s.alpha == 5 / 6  # 2 + 1 judged, then 3
     assert row["accepted_lengths"] == [0, 0, 1, 1] and row["mean_nodes"] == 4.0 and row["rounds"] == 2
     assert row["acceptance_by_depth"] == [1.0, 1.0, 0.5] and "k" not in row
+
+
+@torch.inference_mode()
+def test_the_chain_drafter_samples_at_the_draft_temperature(pair):
+    """q rows are the law each draft was sampled from: softmax(z / T_draft), one-hot for a greedy draft."""
+    target, draft = pair
+    for draft_t in (0.0, 0.6, 2.0):
+        drafter, seq = ChainDrafter(draft, 1), list(PROMPT)
+        drafter.commit(seq)
+        z = decode.feed(draft, draft.new_cache(), seq)[-1]
+        proposal = drafter.propose(None, Sampling(1.0, draft_temperature=draft_t), np.random.default_rng(0))
+        want = np.eye(len(z))[np.argmax(z)] if draft_t == 0.0 else softmax(z, draft_t)
+        np.testing.assert_allclose(proposal.q[0], want, atol=1e-6)
+
+
+def test_a_sampling_draft_needs_a_generator_even_under_a_greedy_target(pair):
+    target, draft = pair
+    assert round_.check_sampling_rng(Sampling(0.0), None) is None  # greedy everywhere: none needed
+    with pytest.raises(ValueError, match="explicit numpy.random.Generator"):
+        round_.check_sampling_rng(Sampling(0.0, draft_temperature=0.7), None)
+    with pytest.raises(ValueError, match="explicit numpy.random.Generator"):
+        fallback.ModelStream(target, draft, PROMPT, 2, 0.0, draft_temperature=0.7)
+
+
+@torch.inference_mode()
+def test_the_tree_forward_names_a_drafted_token_outside_the_vocabulary(pair):
+    target, _ = pair
+    cache = target.new_cache()
+    target(torch.tensor([PROMPT[:-1]]), cache=cache)
+    with pytest.raises(ValueError, match=r"tokens \(the drafted tree\) must be token ids"):
+        round_.tree_forward(target, cache, PROMPT[-1], np.array([-1, -1]), np.array([1, 97]))
+
+
+@torch.inference_mode()
+def test_a_plain_step_of_the_stream_commits_the_draft_too(pair):
+    """After plain steps the draft's pending tokens are exactly what its cache lacks of the
+    committed sequence (a stale draft would still be exact, only slower: this is what sees it)."""
+    target, draft = pair
+    stream = fallback.ModelStream(target, draft, PROMPT, 3, 0.0)
+    for position in range(3):
+        stream.plain(position)
+        drafter = stream.drafter
+        assert drafter.pending == stream.seq[drafter.cache.length :] and drafter.pending[-1] == stream.seq[-1]
+    accepted, drafted = stream.speculate(3)
+    assert drafted == 3 and stream.drafter.pending == stream.seq[stream.drafter.cache.length :]
