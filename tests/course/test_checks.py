@@ -203,7 +203,8 @@ def test_student_exception_names_the_case():
 
     with pytest.raises(checks.CheckFailed, match="raised KeyError") as err:
         checks.exercise_1a(crashes)
-    assert isinstance(err.value.__cause__, KeyError)
+    assert isinstance(err.value.student_error, KeyError)
+    assert 'in crashes, line ' in str(err.value) and 'raise KeyError("oops")' in str(err.value)
 
 
 def test_long_arrays_are_summarised_so_the_hint_stays_in_view():

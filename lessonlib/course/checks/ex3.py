@@ -4,6 +4,8 @@ torch and the models are imported inside the checks, so notebooks 1 and 2 never 
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from lessonlib.core import sampling, toy
@@ -130,16 +132,18 @@ def _verify_measure_alpha(measure_alpha):
     from lessonlib.models import distill
 
     for case, target, draft, tokens, t in _alpha_cases():
-        out = call(measure_alpha, case, target, draft, tokens.copy(), t)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            fail(case, "expected a pair (mean alpha, per-position alpha)", got=repr(out)[:80])
+        out = call(measure_alpha, case, copy.deepcopy(target), copy.deepcopy(draft), tokens, t)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            fail(case, "expected a pair (mean alpha, per-position alpha)", got=repr(out)[:80],
+                 hint="return mean, alpha (a tuple or a list of the two)")
         mean, per_position = out
         if np.ndim(mean) == 1 and np.ndim(per_position) == 0:
             fail(case, "the pair is the wrong way round", hint="return (mean, per_position): the mean first")
         _, expected = distill.measure_alpha(target, draft, tokens, t)
         got = np.asarray(per_position, dtype=float)
         hint = _alpha_hint(got, expected, target, draft, tokens, t)
-        expect_close(case + ", per-position alpha", got, expected, atol=1e-9, hint=hint)
+        expect_close(case + ", per-position alpha", per_position if hasattr(per_position, "dtype") else got, expected,
+                     atol=1e-9, hint=hint)
         expect_close(case + ", mean alpha", as_number(case, mean), expected.mean(), atol=1e-9,
                      hint="the mean is the average of the per-position α")
     return [f"per-position and mean α match Σ min(p, q) on {len(_alpha_cases())} cases: T = 0 (greedy agreement), "
@@ -234,8 +238,11 @@ def _ignores_leftover_gradients(train_step):
 
 
 def _verify_train_step(train_step):
-    verified = [_train_kind(train_step, kind) for kind in ("ce", "fkl", "tvd")]
-    _ignores_leftover_gradients(train_step)
+    import torch
+
+    with torch.random.fork_rng(devices=[]):  # the models' seeds must not move the notebook's torch RNG
+        verified = [_train_kind(train_step, kind) for kind in ("ce", "fkl", "tvd")]
+        _ignores_leftover_gradients(train_step)
     return [f"returns the loss of the right kind, lowers it in {STEP_STEPS} steps on a fixed batch ("
             + ", ".join(verified) + "), and leaves the teacher untouched",
             "zeroes the gradients before backward: stale .grad values do not change the update"]

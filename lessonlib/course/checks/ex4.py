@@ -14,6 +14,15 @@ def _random_tree(rng, n):
     return np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int64)
 
 
+PAIR = "return a pair: (path, emitted), a tuple or a list of the two"
+
+
+def _pair(case, got, what="(path, emitted)"):
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        fail(case, f"return {what}", got=type(got).__name__, hint=PAIR.replace("(path, emitted)", what))
+    return got
+
+
 # ----------------------------------------------------------------------------- 4a the tree attention mask
 
 MASK = "mask[i, j] is True iff j == i or j is an ancestor of i (walk up parents[] until -1)"
@@ -100,9 +109,7 @@ def _same_values(expand, parents, got, want) -> bool:
 def _verify_topk_tree(draft_topk_tree):
     for case, table, branching in _topk_cases():
         expand = markov_expand(table)
-        got = call(draft_topk_tree, case, expand, branching)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            fail(case, "return (parents, tokens)", got=type(got).__name__)
+        got = _pair(case, call(draft_topk_tree, case, expand, branching), "(parents, tokens)")
         parents, tokens = (np.asarray(x) for x in got)
         want_parents, want_tokens = draft_topk_tree_reference(expand, branching)
         sizes = np.cumprod(branching)
@@ -129,7 +136,20 @@ def exercise_4b(draft_topk_tree):
 # ----------------------------------------------------------------------------- 4c greedy verification
 
 PATH = ("a node is accepted iff it and all its ancestors equal the target's argmax at their parent "
-        "(target_argmax[parent + 1]); keep the deepest (the first one on a tie)")
+        "(target_argmax[parent + 1]); keep the deepest accepted node's path (on a tie between equally deep paths, "
+        "the one whose last node has the smallest index; the first one found depth-first is accepted too)")
+def _tie_readings(parents, tokens, target_argmax):
+    """The answers the tie rule allows: the reference's (the deepest accepted node with the smallest
+    index) and the lexicographically first deepest path (the first found depth-first, children in
+    index order; the same node whenever the tree is numbered depth by depth)."""
+    want = tree.verify_tree_greedy(parents, tokens, target_argmax)
+    mask = tree.tree_attention_mask(parents)
+    accepted = ~(mask & ~(tokens == target_argmax[parents + 1])[None, :]).any(1)
+    if not accepted.any():
+        return [want]
+    depth = np.where(accepted, mask.sum(1), 0)
+    first = min(np.flatnonzero(mask[i]).tolist() for i in np.flatnonzero(depth == depth.max()))
+    return [want, (first, [int(tokens[i]) for i in first] + [int(target_argmax[first[-1] + 1])])]
 
 
 def _greedy_cases():
@@ -140,7 +160,9 @@ def _greedy_cases():
              "lesson tree, nothing accepted": (parents, tokens, np.array([1, 4, 4, 4, 4, 4, 4])),
              "lesson tree, a -> d accepted, bonus 8": (parents, tokens, np.array([7, 2, 4, 4, 8, 4, 4])),
              "two accepted paths of equal depth": (np.array([-1, -1, 0, 1]), np.array([5, 5, 2, 2]),
-                                                   np.array([5, 2, 2, 6, 7]))}
+                                                   np.array([5, 2, 2, 6, 7])),
+             "equal depth, not numbered depth by depth (both tie readings pass)": (
+                 np.array([-1, -1, 1, 0]), np.array([5, 5, 2, 2]), np.array([5, 2, 2, 6, 7]))}
     for i in range(6):
         p = _random_tree(rng, 20)
         cases[f"random tree #{i}, 3-token vocabulary"] = (p, rng.integers(0, 3, 20), rng.integers(0, 3, 21))
@@ -149,18 +171,18 @@ def _greedy_cases():
 
 def _verify_greedy_tree(verify_tree_greedy):
     for case, (p, t, argmax) in _greedy_cases().items():
-        got = call(verify_tree_greedy, case, p, t, argmax)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            fail(case, "return (path, emitted)", got=type(got).__name__)
+        got = _pair(case, call(verify_tree_greedy, case, p, t, argmax))
         want = tree.verify_tree_greedy(p, t, argmax)
         path = [int(x) for x in got[0]]
+        if (path, [int(x) for x in got[1]]) in _tie_readings(p, t, argmax):
+            continue
         expect_equal(case + ": path", path, want[0],
                      "list the path root first (the order the tokens are emitted in)"
                      if path == want[0][::-1] and path != want[0] else PATH)
         expect_equal(case + ": emitted", [int(x) for x in got[1]], want[1],
                      hint="the path's tokens, then the bonus: target_argmax[last accepted node + 1] (row 0 if none)")
-    return ["longest accepted path and bonus token match on the lesson's tree (3 cases), a tie (the first path "
-            "wins) and 6 random trees"]
+    return ["longest accepted path and bonus token match on the lesson's tree (3 cases), two ties (the path ending "
+            "at the smallest node index wins; the first found depth-first also passes) and 6 random trees"]
 
 
 def exercise_4c(verify_tree_greedy):
@@ -188,9 +210,7 @@ def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
     sample_rng = np.random.default_rng(44)
     case = f"{rounds} rounds on a 6-node tree over 4 tokens"
     for _ in range(rounds):
-        got = call(verify_tree_sampled, case, parents, tokens, p_rows, sample_rng)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            fail(case, "return (path, emitted)", got=type(got).__name__)
+        got = _pair(case, call(verify_tree_sampled, case, parents, tokens, p_rows, sample_rng))
         emitted = tuple(int(x) for x in got[1])
         if emitted in index:
             counts[index[emitted]] += 1

@@ -9,62 +9,154 @@ negative controls: known-wrong implementations (from ``wrong.CATALOGUE``) that t
 """
 from __future__ import annotations
 
+import os
+import sysconfig
+import time
+import traceback
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from lessonlib.core import stats
+from lessonlib.course.checks import sandbox
+from lessonlib.course.checks.sandbox import LIMITS, TimeUp
 
 SHOW = 8  # arrays with more entries print summarised, so the hint stays in view
 
 
 class CheckFailed(AssertionError):
-    """A check found a wrong answer; the message names the case and what was expected."""
+    """A check found a wrong answer; the message names the case and what was expected.
+
+    In Jupyter (IPython's ``_render_traceback_`` hook) only the message is shown, not the
+    check's own stack: the message already names the case, and for an error in the student's
+    code the line it came from. ``student_error`` holds that error, if any."""
+
+    student_error: BaseException | None = None
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines()
 
 
-def _fmt(value) -> str:
+_STDLIB = sysconfig.get_paths()["stdlib"]
+_LIB = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the lessonlib package
+
+
+def _fmt(value, precision: int = 4) -> str:
     if isinstance(value, str):
         return value
-    if isinstance(value, (np.ndarray, list, tuple)):
+    if isinstance(value, (np.ndarray, list, tuple)) or _is_array_like(value):
         try:
             arr = np.asarray(value)
-        except ValueError:  # a ragged list: show it as it is
+        except (ValueError, TypeError):  # a ragged list: show it as it is
             arr = None
         if arr is not None and arr.dtype.kind in "biuf":
-            return np.array2string(arr, precision=4, suppress_small=True, max_line_width=100, threshold=SHOW,
-                                   edgeitems=3)
-    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+            return np.array2string(arr, precision=precision, suppress_small=precision <= 4, max_line_width=100,
+                                   threshold=SHOW, edgeitems=3)
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.{max(precision, 6)}g}"
+    return repr(value)
+
+
+def _is_array_like(value) -> bool:
+    return hasattr(value, "__array__") and not isinstance(value, (str, bytes))
+
+
+def _shown(expected, got) -> tuple[str, str]:
+    """Both values with enough digits that different values never print alike (3.3616 vs 3.3616)."""
+    for precision in (4, 8, 12, 17):
+        e, g = _fmt(expected, precision), _fmt(got, precision)
+        if e != g:
+            return e, g
+    return e, g
 
 
 def fail(case: str, problem: str, expected=None, got=None, hint: str | None = None):
     """Raise ``CheckFailed`` with a message a student can act on."""
     lines = [f"case {case!r}: {problem}"]
-    if expected is not None:
+    if expected is not None and got is not None:
+        e, g = _shown(expected, got)
+        lines += [f"  expected: {e}", f"  got:      {g}"]
+    elif expected is not None:
         lines.append(f"  expected: {_fmt(expected)}")
-    if got is not None:
+    elif got is not None:
         lines.append(f"  got:      {_fmt(got)}")
     if hint:
         lines.append(f"  hint: {hint}")
     raise CheckFailed("\n".join(lines))
 
 
-def call(fn, case: str, *args, hints: dict | None = None, **kwargs):
-    """Call the student's ``fn``; any error other than NotImplementedError names the case.
+_budget: dict = {"deadline": None, "calls": 0}  # set by run_check: one time budget for a whole check
 
+MODIFIED = ("work on a copy (e.g. p = np.array(p, dtype=float)) or build new arrays (p - q makes one): the caller's "
+            "arrays must not change")
+
+
+def call(fn, case: str, *args, hints: dict | None = None, **kwargs):
+    """Call the student's ``fn`` on copies of the arguments, under the time limits.
+
+    Any error other than NotImplementedError names the case (and the student's line); a call
+    that changes an argument in place, or runs past ``LIMITS``, fails with its own message.
     ``hints`` maps a piece of an error message to advice (e.g. "does not require grad").
     """
+    copies, kw_copies = [sandbox.own_copy(a) for a in args], {k: sandbox.own_copy(v) for k, v in kwargs.items()}
+    seconds, whole_check = LIMITS.per_call_s, False
+    if _budget["deadline"] is not None and _budget["deadline"] - time.monotonic() < seconds:
+        seconds, whole_check = _budget["deadline"] - time.monotonic(), True
+    _budget["calls"] += 1
     try:
-        return fn(*args, **kwargs)
+        out = sandbox.limited(fn, copies, kw_copies, seconds)
     except (NotImplementedError, CheckFailed):
         raise
+    except TimeUp:
+        _too_slow(case, whole_check)
     except Exception as err:  # the student's bug, reported with the inputs that triggered it
         advice = next((h for key, h in (hints or {}).items() if key in str(err)), None)
-        message = f"case {case!r}: your function raised {type(err).__name__}: {err}"
-        raise CheckFailed(message + (f"\n  hint: {advice}" if advice else "")) from err
+        message = f"case {case!r}: your function raised {type(err).__name__}: {err}" + _student_line(err)
+        failure = CheckFailed(message + (f"\n  hint: {advice}" if advice else ""))
+        failure.student_error = err
+        raise failure from None
+    name = sandbox.changed_argument(fn, args, copies, kwargs, kw_copies)
+    if name is not None:
+        fail(case, f"your function modified `{name}` in place", hint=MODIFIED)
+    return out
 
 
-def as_number(case: str, value, hint: str | None = None) -> float:
-    """A single number: Python int/float, numpy scalar or 0-d array (np.where returns those)."""
+def _too_slow(case: str, whole_check: bool):
+    if whole_check:
+        fail(case, f"the check stopped: your function used up the check's time limit of {LIMITS.per_check_s:g} s "
+             f"over {_budget['calls']} calls", hint="a correct answer takes a few seconds in all: look for slow "
+             "Python loops over the whole vocabulary or work repeated on every call")
+    fail(case, f"your function did not return within {LIMITS.per_call_s:g} s, so the check stopped it",
+         hint="a correct answer returns in well under a second: look for a loop that never ends (a while loop "
+              "whose condition never changes) or a recursion without a base case")
+
+
+def _student_line(err: BaseException) -> str:
+    """Where in the student's own code the error came from ('' when nowhere outside the library)."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith(_LIB) and "site-packages" not in f.filename
+              and not f.filename.startswith(_STDLIB)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"\n  in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
+
+
+# relative tolerance for answers computed in a lower precision (a float32 answer is not a wrong answer)
+LOW_PRECISION = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+
+def low_precision(value) -> float:
+    """The relative tolerance ``value``'s float dtype allows (0 for float64 and for Python numbers)."""
+    name = str(getattr(value, "dtype", "")).rsplit(".", 1)[-1]
+    return LOW_PRECISION.get(name, 0.0)
+
+
+def as_number(case: str, value, hint: str | None = None) -> Any:
+    """A single number: Python int/float, numpy scalar or 0-d array (np.where returns those).
+
+    A float, or a numpy float32/float16 scalar (kept, so that ``expect_close`` allows its precision)."""
     if value is None:
         fail(case, "your function returned None", hint="did you forget the return statement?")
     if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
@@ -72,19 +164,24 @@ def as_number(case: str, value, hint: str | None = None) -> float:
         fail(case, f"expected a single number (a float, a numpy scalar or a 0-d array), got {shape}", got=value,
              hint=hint or "for a single α return one number; only an array α gives an array back")
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         fail(case, f"expected a single number, got {type(value).__name__}", got=repr(value)[:80], hint=hint)
+    return np.asarray(value).dtype.type(number) if low_precision(np.asarray(value)) else number
 
 
-def _first_difference(got, expected, atol) -> str:
-    bad = np.flatnonzero(~np.isclose(got.ravel(), expected.ravel(), atol=atol, rtol=0))
+def _first_difference(got, expected, atol, rtol) -> str:
+    bad = np.flatnonzero(~np.isclose(got.ravel(), expected.ravel(), atol=atol, rtol=rtol))
     i = int(bad[0])
     where = np.unravel_index(i, got.shape) if got.ndim > 1 else i
-    return f"; first at index {where}: expected {expected.ravel()[i]:.6g}, got {got.ravel()[i]:.6g}"
+    e, g = _shown(float(expected.ravel()[i]), float(got.ravel()[i]))
+    return f"; first at index {where}: expected {e}, got {g}"
 
 
 def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None) -> None:
+    """``got`` equals ``expected`` to ``atol``, plus a relative ``LOW_PRECISION`` tolerance when
+    ``got`` is float32 or float16 (any sequence of numbers: list, tuple, array, tensor)."""
+    rtol = low_precision(got)
     if got is None:
         fail(case, "your function returned None", hint="did you forget the return statement?")
     try:
@@ -96,10 +193,11 @@ def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None
         fail(case, f"wrong shape {got_arr.shape}, expected {expected_arr.shape}", expected, got, hint)
     if not np.isfinite(got_arr).all() and np.isfinite(expected_arr).all():
         fail(case, "your values include nan or inf (a division by zero?)", expected, got, hint)
-    if not np.allclose(got_arr, expected_arr, atol=atol, rtol=0, equal_nan=True):
+    if not np.allclose(got_arr, expected_arr, atol=atol, rtol=rtol, equal_nan=True):
         worst = float(np.nanmax(np.abs(got_arr - expected_arr)))
-        detail = _first_difference(got_arr, expected_arr, atol) if expected_arr.size > SHOW else ""
-        fail(case, f"values differ (largest difference {worst:.3g}, tolerance {atol:g}{detail})", expected, got, hint)
+        detail = _first_difference(got_arr, expected_arr, atol, rtol) if expected_arr.size > SHOW else ""
+        allowed = f"{atol:g}" + (f" + {rtol:g}·|expected| for your answer's precision" if rtol else "")
+        fail(case, f"values differ (largest difference {worst:.3g}, tolerance {allowed}{detail})", expected, got, hint)
 
 
 def expect_equal(case: str, got, expected, hint: str | None = None) -> None:
@@ -137,6 +235,21 @@ def _lend(exercise: str, reference, why: str):
     return reference
 
 
+def _within_budget(verify, fn):
+    """``verify(fn)`` with one deadline for all its calls of ``fn`` (and a backstop a little later for
+    the check's own work on what ``fn`` returned, e.g. an endless iterator)."""
+    outer = _budget.copy()
+    _budget.update(deadline=time.monotonic() + LIMITS.per_check_s, calls=0)
+    try:
+        return sandbox.limited(verify, (fn,), seconds=LIMITS.per_check_s + 5.0)
+    except TimeUp:
+        fail("the whole check", f"it ran past its time limit of {LIMITS.per_check_s:g} s",
+             hint="a correct answer takes a few seconds; if your function returns something unusual (a generator, "
+                  "a huge array), return a list or an array of the expected size")
+    finally:
+        _budget.update(outer)
+
+
 def run_check(exercise: str, fn, reference, verify):
     """Run ``verify(fn)`` (a list of what was verified); return the function to use from now on.
 
@@ -150,12 +263,12 @@ def run_check(exercise: str, fn, reference, verify):
         return _lend(exercise, reference, f"{_name(fn)} is still the library's reference, lent when the stub above "
                                           "raised NotImplementedError (implement it, run its cell, then this one)")
     try:
-        verified = verify(fn)
+        verified = _within_budget(verify, fn)
     except NotImplementedError:
         return _lend(exercise, reference, "the function above still raises NotImplementedError")
     except CheckFailed as err:
         err.args = (f"✗ exercise {exercise}, {err.args[0]}",)
-        raise
+        raise err.with_traceback(None) from None
     print(f"✓ exercise {exercise}: " + "\n    ".join(verified))
     return fn
 

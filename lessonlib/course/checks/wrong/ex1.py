@@ -72,6 +72,17 @@ def residual_in_place(p, q):
     return p / p.sum() if p.sum() > 0 else p + q
 
 
+def residual_one_minus_overlap(p, q):
+    """Normalises by 1 − Σ min(p, q): the same in exact arithmetic, but not 0 when p == q in floating point."""
+    mass = 1 - np.minimum(p, q).sum()
+    return np.maximum(p - q, 0) / mass if mass > 0 else p
+
+
+def residual_small_mass_is_zero(p, q):
+    r = np.maximum(p - q, 0)
+    return r / r.sum() if r.sum() > 1e-3 else p  # a "numerical" threshold that is a wrong answer
+
+
 def residual_signed_sum(p, q):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.maximum(p - q, 0) / (p - q).sum()
@@ -133,6 +144,27 @@ def chain_reuses_u_for_correction(p_rows, q_rows, draft, rng):
     return [int(t) for t in draft] + [_sample(p_rows[len(draft)], rng)]
 
 
+def chain_correction_into_draft(p_rows, q_rows, draft_tokens, rng):
+    """Writes the correction over the rejected draft token: the caller's draft_tokens change."""
+    for j, x in enumerate(draft_tokens):
+        if rng.random() >= p_rows[j][x] / q_rows[j][x]:
+            draft_tokens[j] = _sample(sampling.residual(p_rows[j], q_rows[j]), rng)
+            return [int(t) for t in draft_tokens[: j + 1]]
+    return [int(t) for t in draft_tokens] + [_sample(p_rows[len(draft_tokens)], rng)]
+
+
+def chain_residual_in_place(p_rows, q_rows, draft_tokens, rng):
+    """Builds the residual inside p_rows[j]: the caller's p_rows change."""
+    for j, x in enumerate(draft_tokens):
+        if rng.random() >= p_rows[j][x] / q_rows[j][x]:
+            fix = p_rows[j]
+            fix -= q_rows[j]
+            np.maximum(fix, 0, out=fix)
+            fix /= fix.sum()
+            return [int(t) for t in draft_tokens[:j]] + [_sample(fix, rng)]
+    return [int(t) for t in draft_tokens] + [_sample(p_rows[len(draft_tokens)], rng)]
+
+
 def chain_rows_shifted(p_rows, q_rows, draft, rng):
     """Judges draft j against p_rows[j + 1] (the row after it)."""
     return _chain(_ratio, _residual)(np.vstack([p_rows[1:], p_rows[-1:]]), q_rows, draft, rng)
@@ -177,6 +209,17 @@ def greedy_argmax_wrong_axis(p_rows, draft):
     return [int(t) for t in draft] + [int(best[len(draft)])]
 
 
+def greedy_argmax_in_place(p_rows, draft):
+    """Marks each row's argmax by overwriting p_rows (np.argmax(p_rows, out=...) style shortcut)."""
+    best = np.argmax(p_rows, axis=-1)
+    p_rows[:] = 0.0
+    p_rows[np.arange(len(best)), best] = 1.0
+    for j, x in enumerate(draft):
+        if x != best[j]:
+            return [int(t) for t in draft[:j]] + [int(best[j])]
+    return [int(t) for t in draft] + [int(best[len(draft)])]
+
+
 def greedy_no_correction(p_rows, draft):
     best = np.argmax(p_rows, axis=-1)
     for j, x in enumerate(draft):
@@ -195,7 +238,11 @@ ENTRIES = [
     Wrong("1a", "absolute difference", lambda p, q: _norm(np.abs(p - q)), NORMALISE, "normalises |p − q|"),
     Wrong("1a", "no zero-mass guard", residual_no_zero_mass_guard, "return p in that case",
           "divides 0 by 0 when p == q (returns nan)"),
-    Wrong("1a", "modifies p in place", residual_in_place, "modified its inputs", "p -= q changes the caller's array"),
+    Wrong("1a", "modifies p in place", residual_in_place, "modified `p` in place", "p -= q changes the caller's array"),
+    Wrong("1a", "normalised by 1 − Σ min(p, q)", residual_one_minus_overlap, "return p in that case",
+          "1 − Σ min(p, q) is a rounding error, not 0, when p == q: returns zeros"),
+    Wrong("1a", "small mass treated as zero", residual_small_mass_is_zero, "small but non-zero",
+          "returns p whenever Σ max(p − q, 0) < 1e-3"),
     Wrong("1a", "the overlap", lambda p, q: _norm(np.minimum(p, q)), NORMALISE,
           "normalises min(p, q) instead of the shortfall"),
     Wrong("1a", "divides by the signed sum", residual_signed_sum, NORMALISE,
@@ -222,6 +269,12 @@ ENTRIES = [
           "the rejected u also picks the correction (it is no longer uniform)"),
     Wrong("1b", "rows shifted by one", chain_rows_shifted, "judge draft j with p_rows[j] and q_rows[j]",
           "judges draft j against p_rows[j + 1]"),
+    Wrong("1b", "correction written into draft_tokens", chain_correction_into_draft, "modified `draft_tokens` in place",
+          "overwrites the rejected draft in the caller's array"),
+    Wrong("1b", "residual built in p_rows", chain_residual_in_place, "modified `p_rows` in place",
+          "fix = p_rows[j]; fix -= q_rows[j] changes the caller's table"),
+    Wrong("1c", "one-hot rows written into p_rows", greedy_argmax_in_place, "modified `p_rows` in place",
+          "overwrites the caller's p_rows"),
     Wrong("1c", "no bonus", _greedy(lambda k: None), "append the bonus argmax of p_rows[K]",
           "stops after K matches without the bonus"),
     Wrong("1c", "bonus from p_rows[K-1]", _greedy(lambda k: k - 1), "append the bonus argmax of p_rows[K]",

@@ -23,6 +23,17 @@ def _walk_mask(parents, generations=None, stop_at_root_child=False):
     return mask
 
 
+def mask_walks_parents_in_place(parents):
+    """The right mask, but the walk moves ``parents`` itself up the tree: the caller's tree is destroyed."""
+    original, up, rows = parents.copy(), parents, np.arange(len(parents))
+    mask = np.eye(len(parents), dtype=bool)
+    while (up >= 0).any():
+        alive = up >= 0
+        mask[rows[alive], up[alive]] = True
+        up[alive] = original[up[alive]]
+    return mask
+
+
 def mask_includes_siblings(parents):
     parents = np.asarray(parents)
     return tree.tree_attention_mask(parents) | (parents[:, None] == parents[None, :])
@@ -145,6 +156,8 @@ PATH = "and all its ancestors equal the target's argmax at their parent"
 BONUS = "target_argmax[last accepted node + 1]"
 SIBLINGS = "set p(c) = 0 and renormalise"
 ENTRIES = [
+    Wrong("4a", "walks up in the caller's parents", mask_walks_parents_in_place, "modified `parents` in place",
+          "up = parents (no copy), then moved up the tree in place"),
     Wrong("4a", "parent only", lambda parents: _walk_mask(parents, generations=1), ANCESTORS,
           "each node sees itself and its parent, not the grandparents", control=True),
     Wrong("4a", "causal mask", lambda parents: np.tril(np.ones((len(parents),) * 2, dtype=bool)), "the causal mask",
@@ -179,7 +192,7 @@ ENTRIES = [
     Wrong("4c", "bonus off by one", lambda p, t, a: _greedy(p, t, a, bonus=lambda n: n), BONUS,
           "bonus target_argmax[node] instead of [node + 1]"),
     Wrong("4c", "last path on a tie", lambda p, t, a: _greedy(p, t, a, pick=lambda d: len(d) - 1 - np.argmax(d[::-1])),
-          "first one on a tie", "keeps the last of equally deep paths"),
+          "on a tie between equally deep paths", "keeps the last of equally deep paths"),
     Wrong("4c", "no bonus", lambda p, t, a: _greedy(p, t, a, bonus=lambda n: None), BONUS, "emits only the path"),
     Wrong("4c", "ignores the ancestors", lambda p, t, a: _greedy(p, t, a, chained=False), PATH,
           "accepts a node whose parent was rejected"),

@@ -62,6 +62,24 @@ def breakeven_nearest(t, a, c, k=None):
     return exact if np.isinf(exact) else float(min(x for x in t if x >= exact))
 
 
+def _own_checks(t, a, c, k, nan_ok=False, equal_ok=False, negative_ok=False):
+    """The break-even T behind hand-written input checks, each of which can have a hole."""
+    t, a = np.asarray(t, float), np.asarray(a, float)
+    if t.shape != a.shape:
+        raise ValueError("temperatures and alphas must have the same length")
+    if np.any(np.diff(t) < 0) or not equal_ok and np.any(np.diff(t) == 0):
+        raise ValueError("temperatures must increase")
+    if np.any(a > 1) or not negative_ok and np.any(a < 0) or not nan_ok and np.any(np.isnan(a)):
+        raise ValueError("alphas must lie in [0, 1]")
+    return _crossing(t, a, c if k is None else _a_star(k, c))
+
+
+def breakeven_sorts_alphas(t, a, c, k=None):
+    """Sorts the caller's list to find the crossing: ``alphas.sort(reverse=True)`` changes it."""
+    a.sort(reverse=True)
+    return _own_checks(t, a, c, k)
+
+
 # ----------------------------------------------------------------------------- 5b the fallback policy
 
 
@@ -208,6 +226,14 @@ def _phase(trace, boundaries, start=lambda tr: tr["position"], side="right", wei
             / np.bincount(phase, weights=trace["seconds"], minlength=n)[:n])
 
 
+def throughput_phase_into_trace(trace, boundaries):
+    """Stores each step's phase in the caller's trace."""
+    trace["phase"] = np.searchsorted(boundaries, trace["position"], side="right") - 1
+    n = len(boundaries) - 1
+    return (np.bincount(trace["phase"], weights=trace["tokens"], minlength=n)[:n]
+            / np.bincount(trace["phase"], weights=trace["seconds"], minlength=n)[:n])
+
+
 def throughput_mean_of_rates(trace, boundaries):
     """Averages per-step rates instead of dividing total tokens by total time."""
     b = np.asarray(boundaries)
@@ -237,6 +263,17 @@ ENTRIES = [
           "return float('inf')", "returns temperatures[0] instead of inf"),
     Wrong("5a", "wrong pair of points", _validated(lambda t, a, c, k: _crossing(t, a, _a_star(k, c), bracket=1)),
           INTERPOLATE, "interpolates between the points after the crossing"),
+    Wrong("5a", "0 when already below", _validated(lambda t, a, c, k: 0.0 if a[0] <= _a_star(k, c) else
+                                                   _crossing(t, a, _a_star(k, c))), "return temperatures[0]",
+          "returns 0.0 instead of the first measured temperature"),
+    Wrong("5a", "NaN α accepted", lambda t, a, c, k=None: _own_checks(t, a, c, k, nan_ok=True), "NaN is not in [0, 1]",
+          "np.any(a < 0) or np.any(a > 1) is False for NaN"),
+    Wrong("5a", "equal temperatures accepted", lambda t, a, c, k=None: _own_checks(t, a, c, k, equal_ok=True),
+          "strictly increase", "checks np.diff(t) < 0 instead of <= 0"),
+    Wrong("5a", "negative α accepted", lambda t, a, c, k=None: _own_checks(t, a, c, k, negative_ok=True),
+          "α outside [0, 1]", "checks only α > 1"),
+    Wrong("5a", "sorts the caller's alphas", breakeven_sorts_alphas, "modified `a` in place",
+          "alphas.sort() changes the caller's list"),
     Wrong("5a", "no input checks", lambda t, a, c, k=None: _crossing(t, a, _a_star(k, c)), "raise ValueError",
           "accepts lists of different lengths, unsorted temperatures, α > 1"),
     Wrong("5b", "no hysteresis", NoHysteresis, "hysteresis", "switches on again at α_off", control=True),
@@ -264,6 +301,8 @@ ENTRIES = [
     Wrong("5b", "window never slides", UnboundedWindow, "switch speculation off", "averages over all history"),
     Wrong("5b", "no hysteresis, 2-round window", Flappy, "switch off only once it is full",
           "decides on the last 2 rounds"),
+    Wrong("5c", "phase stored in the trace", throughput_phase_into_trace, "modified `trace` in place",
+          "trace['phase'] = … adds a key to the caller's dict"),
     Wrong("5c", "mean of per-step rates", throughput_mean_of_rates, PHASE, "averages tokens/s of the steps",
           control=True),
     Wrong("5c", "phase of the last token", lambda tr, b: _phase(tr, b, start=lambda x: x["position"] + x["tokens"] - 1),
