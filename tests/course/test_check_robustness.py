@@ -11,7 +11,7 @@ import pytest
 
 from lessonlib.core import sampling, theory, tree
 from lessonlib.course import checks
-from lessonlib.course.checks import framework, wrong
+from lessonlib.course.checks import framework, sandbox, wrong
 
 
 @pytest.fixture
@@ -130,23 +130,40 @@ def test_the_time_limit_also_works_off_the_main_thread(tiny_limits):
     assert not worker.is_alive() and "did not return within" in str(caught[0].value)
 
 
-def test_an_outer_alarm_survives_a_check_and_still_fires(tiny_limits):
-    fired = []
-    outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's own alarm, put back below
+@pytest.fixture
+def own_alarm():
+    """SIGALRM to a handler that records its calls; pytest-timeout's alarm is put back afterwards."""
+    fired: list = []
+    outer_delay, _ = signal.getitimer(signal.ITIMER_REAL)
     started = time.monotonic()
     old = signal.signal(signal.SIGALRM, lambda *a: fired.append(True))
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.6)
-        fails("1a", spins, "did not return within")
-        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 0 < remaining < 0.6
-        time.sleep(remaining + 0.2)
-        assert fired == [True]
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        if outer_delay:
-            signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1.0))
+    yield fired
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+    if outer_delay:
+        signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - started), 1.0))
+
+
+def test_an_outer_alarm_that_fires_during_a_call_does_not_cut_it_short(own_alarm):
+    signal.setitimer(signal.ITIMER_REAL, 0.05)  # in place of pytest-timeout's (put back by the fixture)
+    assert sandbox.limited(lambda: time.sleep(0.2) or 7, seconds=1.0) == 7
+    assert own_alarm == [True] and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
+def test_a_check_leaves_the_alarm_as_it_found_it(tiny_limits, own_alarm):
+    handler, (before, _) = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    fails("1a", spins, "did not return within")
+    after, _ = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's alarm (if any) still runs, not ours
+    assert signal.getsignal(signal.SIGALRM) is handler and (0 < after <= before - 0.2 if before else after == 0)
+
+
+def test_an_outer_alarm_survives_a_check_and_still_fires(tiny_limits, own_alarm):
+    signal.setitimer(signal.ITIMER_REAL, 0.6)
+    fails("1a", spins, "did not return within")
+    remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+    assert 0 < remaining < 0.6
+    time.sleep(remaining + 0.2)
+    assert own_alarm == [True]
 
 
 # ----------------------------------------------------------------------------- a student's exception

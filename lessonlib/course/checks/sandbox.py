@@ -26,8 +26,8 @@ import numpy as np
 
 @dataclass
 class Limits:
-    per_call_s: float = 20.0  # one call of the student's function (the slowest correct call takes < 0.5 s)
-    per_check_s: float = 180.0  # all calls of one check together (the slowest check takes ~3 s)
+    per_call_s: float = 10.0  # one call of the student's function (a correct call takes < 0.1 s)
+    per_check_s: float = 120.0  # all calls of one check together (the slowest check, 1b, takes 1.5-3.5 s)
 
 
 LIMITS = Limits()
@@ -126,13 +126,19 @@ def limited(fn, args=(), kwargs=None, seconds: float = 10.0):
         return _in_thread(fn, args, kwargs, seconds)
     start = time.monotonic()
     old_delay, old_interval = signal.getitimer(signal.ITIMER_REAL)
-    state = {"done": False}
+    state = {"done": False, "outer fired": False}
 
     def on_alarm(signum, frame):
         if state["done"]:
             return
-        if old_delay > 0 and time.monotonic() - start >= old_delay - 1e-3 and callable(old_handler):
-            old_handler(signum, frame)  # the outer timer's moment: it acts as if we were not here
+        elapsed = time.monotonic() - start
+        if old_delay > 0 and not state["outer fired"] and elapsed >= old_delay - 1e-3:
+            state["outer fired"] = True  # the outer timer's moment: it acts as if we were not here
+            if callable(old_handler):
+                old_handler(signum, frame)
+            if elapsed < seconds - 1e-3:  # it did not stop the call: keep our own deadline
+                signal.setitimer(signal.ITIMER_REAL, seconds - elapsed, 0.1)
+                return
         raise TimeUp(seconds)
 
     old_handler = _signal.signal(signal.SIGALRM, on_alarm)  # _signal: without the enum wrapping (18000 calls in 1b)
@@ -144,5 +150,7 @@ def limited(fn, args=(), kwargs=None, seconds: float = 10.0):
         state["done"] = True
         signal.setitimer(signal.ITIMER_REAL, 0)
         _signal.signal(signal.SIGALRM, old_handler)
-        if old_delay > 0:
+        if old_delay > 0 and not state["outer fired"]:
             signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-4), old_interval)
+        elif old_interval > 0:
+            signal.setitimer(signal.ITIMER_REAL, old_interval, old_interval)
