@@ -143,11 +143,11 @@ def _verify_measure_alpha(measure_alpha):
         got = np.asarray(per_position, dtype=float)
         hint = _alpha_hint(got, expected, target, draft, tokens, t)
         expect_close(case + ", per-position alpha", per_position if hasattr(per_position, "dtype") else got, expected,
-                     atol=1e-9, hint=hint)
-        expect_close(case + ", mean alpha", as_number(case, mean), expected.mean(), atol=1e-9,
+                     atol=1e-6, hint=hint)  # 1e-6: float32 arithmetic is not a mistake
+        expect_close(case + ", mean alpha", as_number(case, mean), expected.mean(), atol=1e-6,
                      hint="the mean is the average of the per-position α")
-    return [f"per-position and mean α match Σ min(p, q) on {len(_alpha_cases())} cases: T = 0 (greedy agreement), "
-            "0.5, 1, 2, and α = 1 when draft == target"]
+    return [f"per-position and mean α match Σ min(p, q) to 1e-6 on {len(_alpha_cases())} cases: T = 0 (greedy "
+            "agreement), 0.5, 1, 2, and α = 1 when draft == target"]
 
 
 def exercise_3b(measure_alpha):

@@ -313,10 +313,12 @@ def _verify_throughput_by_phase(throughput_by_phase):
     trace = {"position": np.array([0, 3, 5, 6]), "tokens": np.array([3, 2, 1, 4]),
              "seconds": np.array([1.0, 1.0, 1.0, 2.0])}
     case = "4 steps: positions 0, 3, 5, 6; boundaries [0, 5, 10]"
-    expect_close(case, call(throughput_by_phase, case, trace, [0, 5, 10]), [5 / 2, 5 / 3], atol=1e-12, hint=PHASE)
+    expect_close(case, call(throughput_by_phase, case, trace, [0, 5, 10]), [5 / 2, 5 / 3], atol=1e-12, rtol=1e-6,
+                 hint=PHASE)
     case = "a step starting exactly on a boundary: positions 0, 2, 4; boundaries [0, 2, 6]"
     trace = {"position": np.array([0, 2, 4]), "tokens": np.array([2, 2, 2]), "seconds": np.array([1.0, 2.0, 4.0])}
-    expect_close(case, call(throughput_by_phase, case, trace, [0, 2, 6]), [2.0, 4 / 6], atol=1e-12, hint=PHASE)
+    expect_close(case, call(throughput_by_phase, case, trace, [0, 2, 6]), [2.0, 4 / 6], atol=1e-12, rtol=1e-6,
+                 hint=PHASE)
     rng = np.random.default_rng(11)
     for i in range(5):
         tokens = rng.integers(1, 6, 60)
@@ -326,7 +328,7 @@ def _verify_throughput_by_phase(throughput_by_phase):
         bounds = [0, end // 3, 2 * end // 3, end]
         case = f"random trace #{i}"
         expect_close(case, call(throughput_by_phase, case, trace, bounds), fallback.throughput_by_phase(trace, bounds),
-                     atol=1e-9, hint=PHASE)
+                     atol=1e-9, rtol=1e-6, hint=PHASE)
     return ["attributes each step to the phase it starts in, boundaries included",
             "matches the reference on 5 random traces"]
 

@@ -178,10 +178,10 @@ def _first_difference(got, expected, atol, rtol) -> str:
     return f"; first at index {where}: expected {e}, got {g}"
 
 
-def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None) -> None:
-    """``got`` equals ``expected`` to ``atol``, plus a relative ``LOW_PRECISION`` tolerance when
-    ``got`` is float32 or float16 (any sequence of numbers: list, tuple, array, tensor)."""
-    rtol = low_precision(got)
+def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None, rtol: float = 0.0) -> None:
+    """``got`` equals ``expected`` to ``atol`` + ``rtol``·|expected|, the relative part at least the
+    ``LOW_PRECISION`` of a float32 or float16 ``got`` (any sequence of numbers: list, tuple, array, tensor)."""
+    rtol = max(rtol, low_precision(got))
     if got is None:
         fail(case, "your function returned None", hint="did you forget the return statement?")
     try:
@@ -196,7 +196,7 @@ def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None
     if not np.allclose(got_arr, expected_arr, atol=atol, rtol=rtol, equal_nan=True):
         worst = float(np.nanmax(np.abs(got_arr - expected_arr)))
         detail = _first_difference(got_arr, expected_arr, atol, rtol) if expected_arr.size > SHOW else ""
-        allowed = f"{atol:g}" + (f" + {rtol:g}·|expected| for your answer's precision" if rtol else "")
+        allowed = f"{atol:g}" + (f" + {rtol:g}·|expected|" if rtol else "")
         fail(case, f"values differ (largest difference {worst:.3g}, tolerance {allowed}{detail})", expected, got, hint)
 
 
