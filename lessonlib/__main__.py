@@ -7,11 +7,12 @@ Every statistical verdict has a stated false-alarm rate (<= 1e-3 each).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import numpy as np
+
+from lessonlib import cli
 
 from lessonlib.core.backend import BACKENDS, select
 from lessonlib.core.batched import simulate_rounds
@@ -31,18 +32,23 @@ def verdict(ok: bool, results: list) -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m lessonlib", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=int, default=32, help="vocabulary size V (default 32)")
-    ap.add_argument("--alpha", type=float, default=0.75, help="acceptance rate of the draft (default 0.75)")
-    ap.add_argument("--k", type=int, default=4, help="draft length K (default 4)")
-    ap.add_argument("--samples", type=int, default=20000, help="verification rounds (default 20000)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--c", type=float, default=0.05, help="draft/target cost ratio for the table (default 0.05)")
+    ap = cli.ArgumentParser(prog="python -m lessonlib", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vocab", type=cli.int_at_least(2, 4096), default=32, help="vocabulary size V (default 32)")
+    ap.add_argument("--alpha", type=cli.number(0, 1), default=0.75, help="acceptance rate of the draft (default 0.75)")
+    ap.add_argument("--k", type=cli.int_at_least(1, 16), default=4, help="draft length K (default 4)")
+    ap.add_argument("--samples", type=cli.int_at_least(1000, 10**7), default=20000,
+                    help="verification rounds (default 20000)")
+    ap.add_argument("--seed", type=cli.nonnegative_int, default=0)
+    ap.add_argument("--c", type=cli.number(0), default=0.05,
+                    help="draft/target cost ratio for the table (default 0.05)")
     ap.add_argument("--backend", choices=BACKENDS, default=None,
                     help="array backend (default: $LESSONLIB_BACKEND, else CUDA if available, else numpy)")
     args = ap.parse_args(argv)
-    if args.vocab < 2 or args.k < 1 or args.samples < 1000 or not 0 <= args.alpha <= 1 or args.c < 0:
-        ap.error("need --vocab >= 2, --k >= 1, --samples >= 1000, 0 <= --alpha <= 1, --c >= 0")
+    if args.backend is None:
+        try:
+            select(None)
+        except ValueError as err:
+            ap.error(str(err))
     return args
 
 
@@ -129,7 +135,7 @@ def main(argv=None) -> int:
     try:
         q = draft_with_alpha(p[:K], args.alpha, rng)
     except ValueError as err:
-        sys.exit(f"--alpha: {err}")
+        raise ValueError(f"--alpha: {err}") from None
     print(f"lessonlib demo: vocab {V}, alpha {args.alpha}, K {K}, {n} rounds, seed {args.seed}; "
           f"{backend.describe()}")
     start = time.perf_counter()
@@ -147,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main, prog="python -m lessonlib"))

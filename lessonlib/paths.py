@@ -15,8 +15,18 @@ ASSETS = PACKAGE / "assets"
 
 
 def outputs() -> pathlib.Path:
-    """The outputs folder, read from the environment at call time (tests move it)."""
-    return pathlib.Path(os.environ.get("LESSONLIB_OUTPUTS", ROOT / "outputs"))
+    """The outputs folder, read from the environment at call time (tests move it). An empty
+    ``LESSONLIB_OUTPUTS`` is an error (it would mean the current folder), not a default."""
+    text = os.environ.get("LESSONLIB_OUTPUTS")
+    if text is None:
+        return ROOT / "outputs"
+    if not text.strip():
+        raise ValueError("environment variable LESSONLIB_OUTPUTS is empty: set it to a folder "
+                         "or unset it (default: the repository's outputs/)")
+    path = pathlib.Path(text)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"environment variable LESSONLIB_OUTPUTS must name a folder, got the file {text!r}")
+    return path
 
 
 def benchmarks() -> pathlib.Path:

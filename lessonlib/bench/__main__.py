@@ -1,12 +1,15 @@
-"""``python -m lessonlib.bench {decode,tree,kinds,profile,record,load,shapes,peers,gpu} [options]``: each writes JSON
-and Markdown under outputs/benchmarks/ (``--help`` after the name lists its options); decode,
-tree and kinds also refresh the table of record, record.json / record.md."""
+"""``python -m lessonlib.bench {decode,tree,kinds,sampled,calibration,profile,record,load,shapes,peers,gpu}
+[options]``: each writes JSON and Markdown under outputs/benchmarks/ (``--help`` after the name lists its
+options); decode, tree, kinds and sampled also refresh the table of record, record.json / record.md."""
 from __future__ import annotations
 
 import importlib
 import sys
 
+from lessonlib import cli
+
 COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", "kinds": "lessonlib.bench.kinds",
+            "sampled": "lessonlib.bench.sampled", "calibration": "lessonlib.bench.calibration",
             "profile": "lessonlib.bench.profile", "record": "lessonlib.bench.record",
             "load": "lessonlib.bench.load", "shapes": "lessonlib.bench.shapes", "gpu": "lessonlib.bench.gpu",
             "peers": "lessonlib.bench.peers"}  # needs requirements-peers.txt
@@ -17,7 +20,8 @@ def main(argv=None) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(__doc__.strip() + "\ncommands: " + ", ".join(COMMANDS), file=sys.stderr)
         return 2
-    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:]) or 0
+    name = argv[0]
+    return cli.run(importlib.import_module(COMMANDS[name]).main, argv[1:], prog=f"python -m lessonlib.bench {name}")
 
 
 if __name__ == "__main__":

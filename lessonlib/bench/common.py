@@ -15,8 +15,8 @@ import platform
 
 import torch
 
-from lessonlib import paths, threads
-from lessonlib.jsonio import jsonable
+from lessonlib import cli, paths, threads
+from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
 from lessonlib.models import data
@@ -27,21 +27,42 @@ DEFAULTS = {"prompts": 5, "prompt_len": 64, "new_tokens": 128, "repeats": 3}
 
 def parser(doc: str, repeats_help: str = "time every run this many times, keep the fastest") -> argparse.ArgumentParser:
     """The command line every benchmark shares: --prompts, --prompt-len, --new-tokens, --repeats."""
-    out = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    out.add_argument("--prompts", type=int, default=DEFAULTS["prompts"])
-    out.add_argument("--prompt-len", type=int, default=DEFAULTS["prompt_len"])
-    out.add_argument("--new-tokens", type=int, default=DEFAULTS["new_tokens"])
-    out.add_argument("--repeats", type=int, default=DEFAULTS["repeats"], help=repeats_help)
+    out = cli.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    out.add_argument("--prompts", type=PROMPTS, default=DEFAULTS["prompts"],
+                     help=f"held-out prompts (>= {measures.MIN_PROMPTS})")
+    out.add_argument("--prompt-len", type=cli.positive_int, default=DEFAULTS["prompt_len"])
+    out.add_argument("--new-tokens", type=cli.positive_int, default=DEFAULTS["new_tokens"])
+    out.add_argument("--repeats", type=cli.positive_int, default=DEFAULTS["repeats"], help=repeats_help)
     return out
 
 
+# every benchmark's --prompts: no conclusion from fewer than measures.MIN_PROMPTS prompts
+PROMPTS = cli.int_at_least(measures.MIN_PROMPTS)
+
+
 def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
-    """Parse a benchmark's command line; fewer than ``measures.MIN_PROMPTS`` prompts is an error
-    (no conclusion from fewer)."""
+    """Parse a benchmark's command line (the flags' types refuse a bad value, e.g. fewer than
+    ``measures.MIN_PROMPTS`` prompts); an unusable ``LESSONLIB_OUTPUTS`` is refused here, before
+    anything is measured."""
     args = parser.parse_args(argv)
-    if args.prompts < measures.MIN_PROMPTS:
-        parser.error(f"--prompts must be >= {measures.MIN_PROMPTS}: no conclusion from fewer prompts")
+    if hasattr(args, "prompt_len") and hasattr(args, "new_tokens"):
+        context = _target_context()
+        if args.prompt_len + args.new_tokens > context:
+            parser.error(f"--prompt-len + --new-tokens must fit the target's context of {context} tokens, "
+                         f"got {args.prompt_len} + {args.new_tokens}")
+    if getattr(args, "out", None) is None:
+        try:
+            paths.benchmarks()
+        except ValueError as err:
+            parser.error(str(err))
     return args
+
+
+def _target_context() -> int:
+    """The shipped target's context length (its metadata; the CPU-scale and GPU-scale targets share it)."""
+    from lessonlib.models import checkpoints
+
+    return int(checkpoints.read_meta("target").get("config", {}).get("block_size", 0)) or 10**9
 
 
 def machine() -> dict:
@@ -101,9 +122,10 @@ def markdown_table(header, rows) -> str:
 
 
 def write_report(stem: str, report: dict, markdown: str, out: pathlib.Path | None = None) -> pathlib.Path:
-    """Write ``stem.json`` and ``stem.md``; returns the folder."""
+    """Write ``stem.json`` and ``stem.md``, each atomically (``jsonio.write_atomic``; the JSON is
+    serialised before either file is touched); returns the folder."""
     out = pathlib.Path(out) if out is not None else paths.benchmarks()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=jsonable) + "\n")
-    (out / f"{stem}.md").write_text(markdown)
+    text = json.dumps(report, indent=1, default=jsonable) + "\n"
+    write_atomic(out / f"{stem}.json", text)
+    write_atomic(out / f"{stem}.md", markdown)
     return out

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from lessonlib import threads
+from lessonlib import cli, threads
 from lessonlib.bench import common, record
 from lessonlib.core.theory import expected_speedup
 from lessonlib.decoding import measures
@@ -130,9 +130,10 @@ def markdown(rows, plain_rows) -> str:
 
 def main(argv=None):
     parser = common.parser(__doc__, "time every run this many times, keep the fastest")
-    parser.add_argument("--threads", type=int, nargs="+", default=list(THREADS), help="thread counts to measure")
-    parser.add_argument("--ks", type=int, nargs="+", default=list(range(1, 9)))
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=cli.positive_int, nargs="+", default=list(THREADS),
+                        help="thread counts to measure")
+    parser.add_argument("--ks", type=cli.positive_int, nargs="+", default=list(range(1, 9)))
+    parser.add_argument("--device", type=cli.device, default=None)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
     args = common.parse(parser, argv)
@@ -155,4 +156,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench decode"))

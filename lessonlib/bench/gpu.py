@@ -27,7 +27,9 @@ from lessonlib.core.backend import select
 from lessonlib.core.batched import sample_rounds
 from lessonlib.core.chain import draft_with_alpha
 from lessonlib.core.stats import chi_square, tv_distance, tv_noise_floor
-from lessonlib import paths
+from lessonlib import cli, paths
+from lessonlib.bench import common
+from lessonlib.jsonio import write_atomic
 
 
 def exactness_check(n_rounds=10**7, vocab=64, k=4, alpha=0.75, seed=0, backend=None):
@@ -64,13 +66,14 @@ def run_tests(timeout_s):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=10**7)
-    parser.add_argument("--train-minutes", type=float, default=3.0, help="for the GPU-scale target")
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=cli.positive_int, default=10**7)
+    parser.add_argument("--train-minutes", type=cli.number(0, low_open=True), default=3.0,
+                        help="for the GPU-scale target")
     parser.add_argument("--skip-tests", action="store_true")
-    args = parser.parse_args(argv)
+    args = common.parse(parser, argv)
     if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this check is for a GPU machine")
+        parser.error("no CUDA device: this check is for a GPU machine")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
     if not args.skip_tests:
         report["tests"] = run_tests(timeout_s=150)
@@ -90,10 +93,9 @@ def main(argv=None):
         rows, plain = bench.bench_decode(ks=(1, 2, 3, 4, 6, 8), n_prompts=5, device="cuda", scale=scale)
         report["decode"][scale] = {"plain": plain, "best": bench.best_rows(rows)}
         print(bench.markdown(rows, plain), flush=True)
-    paths.benchmarks().mkdir(parents=True, exist_ok=True)
-    (paths.benchmarks() / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_atomic(paths.benchmarks() / "gpu.json", json.dumps(report, indent=1) + "\n")
     print(f"wrote {paths.benchmarks() / 'gpu.json'}")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench gpu"))

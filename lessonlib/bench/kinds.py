@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from lessonlib import threads
+from lessonlib import cli, threads
 from lessonlib.bench import common, record, tree
 from lessonlib.decoding.decode import generate
 from lessonlib.models import CHECKPOINTS, GPT, read_meta
@@ -220,8 +220,8 @@ def markdown(rows, costs, overhead) -> str:
 
 def main(argv=None):
     parser = common.parser(__doc__)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", type=cli.device, default="cpu")
+    parser.add_argument("--seed", type=cli.nonnegative_int, default=0)
     parser.add_argument("--out", default=None)
     args = common.parse(parser, argv)
     started = time.time()
@@ -245,4 +245,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench kinds"))

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from lessonlib import threads
+from lessonlib import cli, threads
 from lessonlib.bench import common
 from lessonlib.core import tree
 from lessonlib.decoding import measures
@@ -180,9 +180,9 @@ def markdown(results, verdict) -> str:
 
 def main(argv=None):
     parser = common.parser(__doc__)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=cli.positive_int, nargs="+", default=[1, 2])
     parser.add_argument("--conditions", nargs="+", default=["idle", "busy"], choices=["idle", "busy"])
-    parser.add_argument("--budget", type=float, default=300,
+    parser.add_argument("--budget", type=cli.number(0, low_open=True), default=300,
                         help="seconds a chain measurement may take under one condition before it is skipped")
     parser.add_argument("--out", default=None)
     args = common.parse(parser, argv)
@@ -202,4 +202,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench load"))

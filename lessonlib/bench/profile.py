@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from lessonlib import threads
+from lessonlib import cli, threads
 from lessonlib.bench import common
 from lessonlib.bench.decode import bench_decode
 from lessonlib.core import tree
@@ -183,4 +183,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench profile"))

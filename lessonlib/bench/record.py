@@ -16,13 +16,14 @@ import argparse
 import json
 import pathlib
 
-from lessonlib import paths
+from lessonlib import cli, paths
 from lessonlib.bench import common
+from lessonlib.jsonio import read_json
 
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
 # whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
 QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
-SOURCES = ("decode", "tree", "kinds")
+SOURCES = ("decode", "tree", "kinds", "sampled")
 
 
 def _row(source, report, row, setting) -> dict:
@@ -35,13 +36,28 @@ def _row(source, report, row, setting) -> dict:
             "machine": report.get("machine", {})}
 
 
+def _report(path: pathlib.Path) -> dict:
+    """A benchmark's JSON report (``jsonio.read_json``: a corrupt file names its rebuild command)."""
+    return read_json(path, f"python -m lessonlib.bench {path.stem}")
+
+
 def collect(folder: pathlib.Path | None = None) -> list[dict]:
-    """Every method row of the benchmark reports found in ``folder`` (default: paths.benchmarks())."""
+    """Every method row of the benchmark reports found in ``folder`` (default: paths.benchmarks());
+    a report that lacks the fields a row needs raises ValueError naming the file."""
     folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
+    try:
+        return _collect(folder)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"a benchmark report in {folder} lacks a field the record needs ({err!r}); "
+                         "re-run the benchmark that wrote it (python -m lessonlib.bench decode, tree or kinds)"
+                         ) from None
+
+
+def _collect(folder: pathlib.Path) -> list[dict]:
     rows = []
     decode = folder / "decode.json"
     if decode.exists():
-        report = json.loads(decode.read_text())
+        report = _report(decode)
         s = report.get("settings", {})
         setting = {"new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
         rows += [_row("decode", report, r | {"method": "plain", "family": "plain"},
@@ -51,7 +67,7 @@ def collect(folder: pathlib.Path | None = None) -> list[dict]:
                  for r in report["rows"] if "spread" in r]
     tree = folder / "tree.json"
     if tree.exists():
-        report = json.loads(tree.read_text())
+        report = _report(tree)
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "temperature": s.get("temperature", 0.0),
                    "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
@@ -59,12 +75,22 @@ def collect(folder: pathlib.Path | None = None) -> list[dict]:
         rows += [_row("tree", report, r, setting) for r in report["rows"] if r["method"] != "plain" and "spread" in r]
     kinds = folder / "kinds.json"
     if kinds.exists():  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
-        report = json.loads(kinds.read_text())
+        report = _report(kinds)
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
                    "repeats": s.get("repeats")}
         rows += [_row("kinds", report, r, setting | {"temperature": r["temperature"]})
+                 for r in report["rows"] if r["method"] != "plain" and "spread" in r]
+    sampled = folder / "sampled.json"
+    if sampled.exists():  # every kind with each tree rule at T = 0, 0.7, 1 and top-p 0.95 (bench.sampled)
+        report = _report(sampled)
+        s = report["setup"]
+        setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
+                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
+                   "repeats": s.get("repeats")}
+        rows += [_row("sampled", report, r | {"method": f"{r['method']} ({r['setting']})"},
+                      setting | {"temperature": r["temperature"]})
                  for r in report["rows"] if r["method"] != "plain" and "spread" in r]
     return rows
 
@@ -129,13 +155,15 @@ def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
     for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(),
                  paths.ROOT / "outputs" / "benchmarks"):
         if (base / f"{stem}.json").exists():
-            return json.loads((base / f"{stem}.json").read_text())
+            return _report(base / f"{stem}.json")
     return None
 
 
 def load(folder: pathlib.Path | None = None) -> list[dict]:
     """The record's rows (empty when no benchmark has run: notebooks then say so)."""
     report = read("record", folder)
+    if report and not isinstance(report.get("rows"), list):
+        raise ValueError("record.json has no list of rows; rebuild it with: python -m lessonlib.bench record")
     return report["rows"] if report else []
 
 
@@ -145,12 +173,12 @@ def find(rows, **where) -> list[dict]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=pathlib.Path, default=None)
-    args = parser.parse_args(argv)
+    args = common.parse(parser, argv)
     out = write(args.out)
     print((out / "record.md").read_text())
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench record"))

@@ -17,7 +17,8 @@ import functools
 import numpy as np
 import torch
 
-from lessonlib.bench.common import machine, markdown_table, write_report
+from lessonlib import cli
+from lessonlib.bench.common import PROMPTS, machine, markdown_table, parse, write_report
 from lessonlib.core import tree
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
@@ -86,10 +87,11 @@ def markdown(rows) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--prompts", type=int, default=5)
-    args = parser.parse_args(argv)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=cli.positive_int, default=1)
+    parser.add_argument("--prompts", type=PROMPTS, default=measures.MIN_PROMPTS,
+                        help=f"random prompts per shape (>= {measures.MIN_PROMPTS})")
+    args = parse(parser, argv)
     torch.set_num_threads(args.threads)
     rows = [measure(s, args.prompts) for s in SHAPES]
     md = markdown(rows)
@@ -98,4 +100,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench shapes"))

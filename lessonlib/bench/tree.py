@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lessonlib import threads
+from lessonlib import cli, threads
 from lessonlib.bench import common, record
 from lessonlib.core import tree
 from lessonlib.decoding import measures
@@ -308,13 +308,13 @@ def check_targets(rows, best):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=common.DEFAULTS["prompts"])
-    parser.add_argument("--prompt-len", type=int, default=common.DEFAULTS["prompt_len"])
-    parser.add_argument("--new-tokens", type=int, default=common.DEFAULTS["new_tokens"])
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=common.PROMPTS, default=common.DEFAULTS["prompts"])
+    parser.add_argument("--prompt-len", type=cli.positive_int, default=common.DEFAULTS["prompt_len"])
+    parser.add_argument("--new-tokens", type=cli.positive_int, default=common.DEFAULTS["new_tokens"])
     parser.add_argument("--quick", action="store_true", help="fewer settings per family")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeats", type=int, default=common.DEFAULTS["repeats"],
+    parser.add_argument("--device", type=cli.device, default="cpu")
+    parser.add_argument("--repeats", type=cli.positive_int, default=common.DEFAULTS["repeats"],
                         help="time every run this many times, keep the fastest")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = common.parse(parser, argv)
@@ -347,4 +347,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.bench tree"))

@@ -24,6 +24,9 @@ import numpy.typing as npt
 from lessonlib.core.validate import (check_alpha as _alpha, check_c as _c, check_int, check_ks as _k, check_positive,
                                      check_rng)
 
+K_MAX_SEARCH = 4096  # optimal_k searches 1..k_max: an array of k_max rows
+SIMULATE_MAX = 10**8  # random numbers simulate_tokens_per_verify draws at most (0.8 GB of float64)
+
 # Each function takes scalars or arrays (broadcast together) and returns a float for all-scalar
 # input, else an array of the broadcast shape.
 Result: TypeAlias = "float | np.ndarray"
@@ -63,7 +66,8 @@ def optimal_k(alpha: npt.ArrayLike, c: npt.ArrayLike, k_max: int = 32) -> int | 
     """The integer K in 1..k_max with the largest expected_speedup(alpha, K, c) (smallest
     K on ties); broadcasts over alpha and c."""
     a, cc = _alpha(alpha), _c(c)
-    ks = np.arange(1, int(_k(k_max)) + 1).reshape((-1,) + (1,) * np.broadcast(a, cc).ndim)
+    k_max = int(_k(k_max, "k_max", maximum=K_MAX_SEARCH))
+    ks = np.arange(1, k_max + 1).reshape((-1,) + (1,) * np.broadcast(a, cc).ndim)
     best = np.argmax(_tokens(a, ks) / (ks * cc + 1), axis=0) + 1
     return int(best) if best.ndim == 0 else best
 
@@ -107,6 +111,9 @@ def simulate_tokens_per_verify(alpha: float, k: int, n_rounds: int, rng: np.rand
     emitted per round (accepted prefix + 1), shape (n_rounds,); ``.mean()`` estimates E."""
     a, kk = float(_alpha(alpha)), int(_k(k))
     n_rounds = check_int(n_rounds, "n_rounds", minimum=1)
+    if n_rounds * kk > SIMULATE_MAX:
+        raise ValueError(f"n_rounds * k must be <= {SIMULATE_MAX:.0e} (one random number each), "
+                         f"got {n_rounds} * {kk}")
     check_rng(rng)
     accepted = rng.random((n_rounds, kk)) < a
     return np.cumprod(accepted, axis=1).sum(axis=1) + 1

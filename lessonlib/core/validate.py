@@ -46,20 +46,30 @@ def check_k(k: object, name: str = "k") -> int:
     return check_int(k, name, minimum=1)
 
 
-def check_ks(k: npt.ArrayLike, name: str = "k") -> np.ndarray:
-    """An array of draft lengths (the theory functions are vectorised), each an integer >= 1;
-    returned as int64 of k's shape."""
+K_MAX = 10**6  # the longest draft length the theory accepts (int64 and float64 stay exact far beyond)
+
+
+def check_ks(k: npt.ArrayLike, name: str = "k", maximum: int = K_MAX) -> np.ndarray:
+    """An array of draft lengths (the theory functions are vectorised), each an integer in
+    [1, ``maximum``] (1e20 would overflow int64 into a negative K); returned as int64 of k's shape."""
     kk = np.asarray(k)
     if kk.dtype == bool or not np.issubdtype(kk.dtype, np.number) or not np.all(np.isfinite(kk)) \
-            or not np.all(np.mod(kk, 1) == 0) or (kk < 1).any():
-        raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
+            or not np.all(np.mod(kk, 1) == 0) or (kk < 1).any() or (kk > maximum).any():
+        raise ValueError(f"{name} must be an integer in [1, {maximum}], got {k!r}")
     return kk.astype(np.int64)
+
+
+def _reals(x: npt.ArrayLike, name: str, what: str) -> np.ndarray:
+    """``x`` as float64 of its shape; strings, bools (True is not 1) and objects raise naming ``name``."""
+    if isinstance(x, (bool, np.bool_, str, bytes)) or np.asarray(x).dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be {what}, got {x!r}")
+    return np.asarray(x, dtype=np.float64)
 
 
 def check_unit(x: npt.ArrayLike, name: str) -> np.ndarray:
     """Values in [0, 1] (alpha, coverage, a probability), scalar or array (float64 of x's
     shape); NaN is rejected."""
-    a = np.asarray(x, dtype=np.float64)
+    a = _reals(x, name, "a number in [0, 1]")
     if np.isnan(a).any() or (a < 0).any() or (a > 1).any():
         raise ValueError(f"{name} must lie in [0, 1], got {x!r}")
     return a
@@ -73,7 +83,7 @@ def check_alpha(alpha: npt.ArrayLike, name: str = "alpha") -> np.ndarray:
 def check_nonnegative(x: npt.ArrayLike, name: str, what: str = "a finite number >= 0") -> np.ndarray:
     """Finite values >= 0 (a cost ratio c, a verify cost r, seconds), scalar or array (float64
     of x's shape)."""
-    a = np.asarray(x, dtype=np.float64)
+    a = _reals(x, name, what)
     if not np.all(np.isfinite(a)) or (a < 0).any():
         raise ValueError(f"{name} must be {what}, got {x!r}")
     return a
@@ -81,7 +91,7 @@ def check_nonnegative(x: npt.ArrayLike, name: str, what: str = "a finite number 
 
 def check_positive(x: npt.ArrayLike, name: str, what: str = "a finite number > 0") -> np.ndarray:
     """Finite values > 0 (a speedup, a verify cost r), scalar or array (float64 of x's shape)."""
-    a = np.asarray(x, dtype=np.float64)
+    a = _reals(x, name, what)
     if not np.all(np.isfinite(a)) or (a <= 0).any():
         raise ValueError(f"{name} must be {what}, got {x!r}")
     return a

@@ -14,6 +14,7 @@ import nbformat
 import polib
 
 from lessonlib import paths
+from lessonlib.jsonio import write_atomic
 
 ROOT = paths.ROOT
 LANG = "fa"
@@ -71,8 +72,12 @@ def markdown_cells(nb: nbformat.NotebookNode, where: str) -> list[tuple[str, str
 # --- catalogs (extract) --------------------------------------------------------------------
 
 def load_catalog(path: pathlib.Path) -> polib.POFile:
-    # wrapwidth 0: msgid/msgstr lines are the Markdown lines, never re-wrapped (readable diffs)
-    return polib.pofile(str(path), wrapwidth=0)
+    """A catalog as polib reads it; one that does not parse raises ValueError naming the file."""
+    try:  # wrapwidth 0: msgid/msgstr lines are the Markdown lines, never re-wrapped (readable diffs)
+        return polib.pofile(str(path), wrapwidth=0)
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"catalog {path} does not parse ({err}); fix it, or restore it from git and "
+                         "run: python -m lessonlib.course.translate extract") from None
 
 
 def new_catalog(source: str) -> polib.POFile:
@@ -154,8 +159,7 @@ def extract(root: pathlib.Path = ROOT, names=()) -> dict[pathlib.Path, list[str]
         path = catalog_path(root, english)
         text = str(po)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_atomic(path, text)
         report[path] = changes
     return report
 

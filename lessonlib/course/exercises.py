@@ -23,7 +23,6 @@ and every output, execution count and timing record is cleared.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import pathlib
@@ -31,7 +30,8 @@ import re
 import sys
 
 import nbformat
-from lessonlib import paths
+from lessonlib import cli, paths
+from lessonlib.jsonio import write_atomic
 
 ROOT = paths.ROOT
 BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<message>.*)$")
@@ -142,19 +142,31 @@ def write(root: pathlib.Path = ROOT, names=()) -> list[pathlib.Path]:
         if text is None:
             print(f"warning: {path.relative_to(root)} has no matching solution", file=sys.stderr)
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
+            write_atomic(path, text)
             written.append(path)
     return written
 
 
+def check_names(parser, root: pathlib.Path, names, folders=("solutions", "exercises")) -> None:
+    """Refuse (``parser.error``: one line, exit 2) a ``--root`` that is not a checkout with
+    ``folders[0]/`` and a notebook name that matches no notebook there, instead of checking
+    nothing and reporting "up to date"."""
+    if not (root / folders[0]).is_dir():
+        parser.error(f"--root {root} has no {folders[0]}/ folder: give the repository's root")
+    known = {p.stem for folder in folders for p in (root / folder).glob("[0-9][0-9]_*.ipynb")}
+    for name in names:
+        if pathlib.Path(name).stem not in known:
+            parser.error(f"no notebook {name!r} in {'/ or '.join(folders)}/ (known: {', '.join(sorted(known))})")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lessonlib.course.exercises", description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog="python -m lessonlib.course.exercises", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check that exercises/ is up to date")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root (default: this checkout)")
     parser.add_argument("names", nargs="*", help="only these notebooks, e.g. 01_exact_rule (default: all)")
     args = parser.parse_args(argv)
+    check_names(parser, args.root, args.names)
     if args.check:
         problems = out_of_date(args.root, args.names)
         for problem in problems:
@@ -167,4 +179,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main, prog="python -m lessonlib.course.exercises"))

@@ -17,6 +17,7 @@ import sys
 import nbformat
 
 from lessonlib.course import exercises
+from lessonlib.jsonio import write_atomic
 from lessonlib.course.catalogs import BUILD, LANG, ROOT, catalog_path, english_notebooks, load_catalog, translation
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -151,8 +152,7 @@ def build(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
         if text is None:
             print(f"warning: {path.relative_to(root)} has no English source", file=sys.stderr)
         elif not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_atomic(path, text)
             written.append(path)
     return written
 

@@ -28,9 +28,10 @@ the command line and the checks, and re-exports both modules' names.
 """
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
+
+from lessonlib import cli
 
 # the catalogs and the build, re-exported (noqa: F401): notebooks, tests and scripts use translate.NAME
 from lessonlib.course.catalogs import (BUILD, COMPLETE, HEADER, LANG, ROOT, SOURCES, STATUS,  # noqa: F401
@@ -78,6 +79,30 @@ def problems(root: pathlib.Path = ROOT, names=()) -> list[str]:
     return found + notebooks_out_of_date(root)
 
 
+def uncovered(root: pathlib.Path = ROOT) -> list[str]:
+    """Catalogs ``build`` must not use: one that does not parse (ValueError from
+    ``load_catalog``), and one that does not cover its notebook (a markdown cell with no entry,
+    an entry for a cell that is gone: an empty, truncated or misspelt catalog). Empty: all usable."""
+    found = []
+    for english in english_notebooks(root):
+        path = catalog_path(root, english)
+        if not path.exists():
+            continue  # no catalog yet: that notebook stays English, as documented
+        _, changes = catalog_for(root, english)
+        bad = [c for c in changes if c.endswith(": new cell") or ": removed from the English" in c]
+        if bad:
+            found.append(f"{path.relative_to(root).as_posix()} does not cover "
+                         f"{english.relative_to(root).as_posix()} ({len(bad)} cells: {'; '.join(bad[:3])})")
+    return found
+
+
+def check_root(parser, root: pathlib.Path) -> None:
+    """Refuse a ``--root`` with no English notebooks (one line, exit 2) instead of "up to date"."""
+    if not all((root / folder).is_dir() for folder, _ in SOURCES):
+        parser.error(f"--root {root} has no {' and '.join(f + '/' for f, _ in SOURCES)} folders: "
+                     "give the repository's root")
+
+
 def stats_table(rows: list[dict]) -> str:
     head = f"{'notebook':<40} {'cells':>5} {'translated':>10} {'fuzzy':>5} {'missing':>7} {'obsolete':>8}  status"
     lines = [head]
@@ -89,17 +114,24 @@ def stats_table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lessonlib.course.translate",
+    parser = cli.ArgumentParser(prog="python -m lessonlib.course.translate",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["extract", "build", "check", "stats"])
     parser.add_argument("names", nargs="*", help="only these notebooks, e.g. 01_exact_rule (extract, check, stats)")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="repository root (default: this checkout)")
     args = parser.parse_args(argv)
     root = args.root.resolve()
+    check_root(parser, root)
     if args.command == "extract":
         for path, changes in extract(root, args.names).items():
             print(f"{path.relative_to(root)}: " + ("; ".join(changes) if changes else "in sync"))
     elif args.command == "build":
+        if args.names:
+            parser.error("build takes no notebook names (it writes the whole Persian edition)")
+        refused = uncovered(root)
+        if refused:  # checked before any notebook is written
+            raise ValueError("not building: " + "; ".join(refused)
+                             + "; run: python -m lessonlib.course.translate extract")
         for path in build(root):
             print(f"wrote {path.relative_to(root)}")
     elif args.command == "stats":
@@ -112,4 +144,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main, prog="python -m lessonlib.course.translate"))

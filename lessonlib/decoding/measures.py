@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from lessonlib.core.validate import check_int, check_interval
+
 if TYPE_CHECKING:  # stats imports this module (tau, alpha): the type only
     from lessonlib.decoding.stats import DecodeStats
 
@@ -37,14 +39,14 @@ MIN_PROMPTS = 5  # no conclusion from fewer prompts than this
 
 
 def tau(emitted: int, target_forwards: int) -> float:
-    """Tokens emitted per target forward."""
-    if target_forwards < 1:
-        raise ValueError(f"target_forwards must be >= 1, got {target_forwards}")
-    return emitted / target_forwards
+    """Tokens emitted per target forward (integers: emitted >= 0, target_forwards >= 1)."""
+    emitted = check_int(emitted, "emitted", minimum=0)
+    return emitted / check_int(target_forwards, "target_forwards", minimum=1)
 
 
 def alpha(accepted: int, judged: int) -> float:
     """Per-token acceptance while decoding: accepted / judged (NaN if nothing was judged)."""
+    accepted, judged = check_int(accepted, "accepted"), check_int(judged, "judged")
     if not 0 <= accepted <= judged:
         raise ValueError(f"need 0 <= accepted <= judged, got accepted={accepted}, judged={judged}")
     return accepted / judged if judged else float("nan")
@@ -70,16 +72,23 @@ def forward_bound(tau_value: float, k: float, c: float, r: float) -> float:
     return tau_value / (k * c + r)
 
 
-def summary(values: npt.ArrayLike, level: float = 0.5) -> dict[str, Any]:
+def summary(values: npt.ArrayLike, level: float = 0.5, min_count: int = MIN_PROMPTS) -> dict[str, Any]:
     """Median, inter-quartile range and count of per-prompt values (the spread reported with
-    every measured number). ``level`` = 0.5 gives the IQR."""
-    v = np.asarray(values, dtype=np.float64)  # (n_prompts,)
-    if v.ndim != 1 or v.size == 0:
-        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {v.shape}")
-    if not 0 < level <= 1:
-        raise ValueError(f"level must be in (0, 1], got {level!r}")
+    every measured number). ``level`` = 0.5 gives the IQR. At least ``min_count`` values (the
+    course's rule: >= 5 prompts; pass a smaller ``min_count`` only where fewer is meant)."""
+    try:
+        v = np.asarray(values, dtype=np.float64)  # (n_prompts,)
+    except (TypeError, ValueError):
+        raise ValueError(f"values must be a 1-D sequence of numbers, got {values!r}") from None
+    min_count = check_int(min_count, "min_count", minimum=1)
+    if v.ndim != 1 or v.size < min_count:
+        raise ValueError(f"values must be a 1-D sequence of at least {min_count} numbers (one per prompt; "
+                         f"no conclusion from fewer), got shape {v.shape}")
+    level = check_interval(level, "level", "(0, 1]")
     if np.isnan(v).any():
         raise ValueError("values must not contain NaN (leave out the prompts where the quantity is undefined)")
+    if np.isinf(v).any():
+        raise ValueError("values must be finite, found inf")
     lo, hi = np.quantile(v, [0.5 - level / 2, 0.5 + level / 2])
     return {"median": float(np.median(v)), "q25": float(lo), "q75": float(hi), "n": int(v.size)}
 
@@ -129,13 +138,16 @@ SUMMARISED = ("tau", "alpha", "c", "r", "speedup", "forward_bound", "draft_cost_
               "seconds_per_token", "target_forward_seconds", "draft_forward_seconds", "verify_forward_seconds")
 
 
-def summarise(runs: Sequence[Mapping[str, Any] | DecodeStats], keys: Iterable[str] = SUMMARISED
-              ) -> dict[str, dict[str, Any]]:
+def summarise(runs: Sequence[Mapping[str, Any] | DecodeStats], keys: Iterable[str] = SUMMARISED,
+              min_count: int = MIN_PROMPTS) -> dict[str, dict[str, Any]]:
     """{quantity: summary over prompts} for each of ``keys`` that every run reports with a
-    number (alpha is NaN when a run judged nothing: those prompts are left out of alpha's).
-    ``runs``: per-prompt rows (``against_plain``) or the loops' ``DecodeStats`` themselves."""
-    if len(runs) == 0:
-        raise ValueError("runs must hold at least one prompt's stats")
+    number (alpha is NaN when a run judged nothing: those prompts are left out of alpha's,
+    whose n then says how many it has). ``runs``: per-prompt rows (``against_plain``) or the
+    loops' ``DecodeStats`` themselves, at least ``min_count`` of them (>= 5 prompts)."""
+    min_count = check_int(min_count, "min_count", minimum=1)
+    if len(runs) < min_count:
+        raise ValueError(f"runs must hold at least {min_count} prompts' stats (no conclusion from fewer), "
+                         f"got {len(runs)}")
     rows = [r if isinstance(r, Mapping) else r.as_dict() for r in runs]
     out = {}
     for key in keys:
@@ -144,5 +156,5 @@ def summarise(runs: Sequence[Mapping[str, Any] | DecodeStats], keys: Iterable[st
             continue
         values = [float(v) for v in values if not np.isnan(float(v))]
         if values:
-            out[key] = summary(values)
+            out[key] = summary(values, min_count=1)
     return out

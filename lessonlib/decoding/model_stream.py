@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from lessonlib.core.validate import check_k, check_temperature
+from lessonlib.core.validate import check_k, check_temperature, check_token_sequence
 from lessonlib.decoding.drafters import ChainDrafter, NoDraft
 from lessonlib.decoding.round import Ids, Sampling, check_sampling_rng, feed, speculative_round
 
@@ -30,8 +30,10 @@ class ModelStream:
     of the output position (a stream whose temperature changes); ``draft_temperature``
     (default: the target's) sets the draft's own sampling temperature: 0 gives a deterministic
     greedy draft, whose q is one-hot, so the exact rule accepts its token x with probability
-    p_T(x). ``rng``: a numpy Generator, needed unless every temperature is greedy. When the
-    context is full, the last ``block_size // 2`` tokens are kept and both caches re-filled
+    p_T(x). ``rng``: a numpy Generator, needed unless every temperature is greedy. A prompt
+    must leave room for one round (at most ``block_size - k - 1`` tokens; longer raises
+    ValueError: pass ``prompt[-n:]`` to keep the newest). When the context fills while
+    generating, the last ``block_size // 2`` tokens are kept and both caches re-filled
     (counted in that step's time). ``requests``: optional [(output position, prompt tokens),
     ...] -- a stream of requests: the first step at or after each position starts over from
     that prompt (its prefill is counted).
@@ -53,17 +55,31 @@ class ModelStream:
         self.draft_temperature = draft_temperature
         self.rng = rng if callable(temperature) else check_sampling_rng(Sampling(temperature, draft_temperature), rng)
         self.block = min(target.config.block_size, draft.config.block_size)
+        if self.k > self.block - 2:
+            raise ValueError(f"k must be <= {self.block - 2} (a round of k + 1 tokens after a prompt token "
+                             f"within the context of {self.block}), got {k}")
         self.requests: list[tuple[int, list[int]]] = sorted((int(at), list(tokens)) for at, tokens in requests)
         if any(len(tokens) < 1 for _, tokens in self.requests):
             raise ValueError("every request's prompt must hold at least one token")
+        for i, (_, tokens) in enumerate(self.requests):
+            self._check_prompt(tokens, f"requests[{i}] prompt")
         self.new_tokens: list[int] = []
         self.no_draft = NoDraft()
         self.restart(prompt_tokens)
 
     def restart(self, prompt_tokens: Ids) -> None:
         """Start over from a new prompt (a new request): fresh caches, prefilled."""
-        self.seq: list[int] = list(prompt_tokens)[-(self.block // 2) :]
+        self.seq: list[int] = self._check_prompt(prompt_tokens, "prompt_tokens")
         self._refill()
+
+    def _check_prompt(self, prompt_tokens: Ids, name: str) -> list[int]:
+        """A prompt that leaves room for one round, as a list; never cut silently."""
+        tokens = check_token_sequence(list(prompt_tokens), self.target.config.vocab_size, name).tolist()
+        room = self.block - self.k - 1
+        if len(tokens) > room:
+            raise ValueError(f"{name} must hold at most {room} tokens (the context of {self.block} less a round "
+                             f"of k + 1 = {self.k + 1}), got {len(tokens)}; pass {name}[-{room}:] to keep the newest")
+        return tokens
 
     def _next_request(self, position: int) -> None:
         while self.requests and self.requests[0][0] <= position:

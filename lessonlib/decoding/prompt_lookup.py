@@ -48,6 +48,8 @@ if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thre
     from lessonlib.models.gpt import GPT
 
 
+LIMIT = 4096  # the largest k, n-gram length or match count a lookup drafter takes
+
 class PromptLookupDrafter(RuleDrafter):
     """n-gram prompt lookup as a ``Drafter`` (no model, no features).
 
@@ -66,10 +68,11 @@ class PromptLookupDrafter(RuleDrafter):
     def __init__(self, vocab_size: int, k: int = 10, max_ngram: int = 3, min_ngram: int = 1, matches: int = 1,
                  prefer: str = "recent") -> None:
         self.vocab_size = check_int(vocab_size, "vocab_size", 2)
-        self.k = check_int(k, "k", 1)
-        self.max_ngram = check_int(max_ngram, "max_ngram", 1)
-        self.min_ngram = check_int(min_ngram, "min_ngram", 1)
-        self.matches = check_int(matches, "matches", 1)
+        # bounded: a huge k, n-gram or match count would allocate rows for every node it proposes
+        self.k = check_int(k, "k", 1, LIMIT)
+        self.max_ngram = check_int(max_ngram, "max_ngram", 1, LIMIT)
+        self.min_ngram = check_int(min_ngram, "min_ngram", 1, LIMIT)
+        self.matches = check_int(matches, "matches", 1, LIMIT)
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
         if prefer not in ("recent", "first"):
@@ -275,6 +278,11 @@ def lookup_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, k: int
     ``lookup_alpha`` when combined, ``match_rate`` (rounds with a match) and ``model_rounds``
     (rounds the draft model served).
     """
+    context = target.config.block_size
+    check_int(k, "k", 1, context - 1)  # a round verifies k drafts and one more token within the context
+    if draft is not None and draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"draft and target must share a vocabulary, got sizes {draft.config.vocab_size} "
+                         f"and {target.config.vocab_size}")
     lookup = PromptLookupDrafter(target.config.vocab_size, k, max_ngram, min_ngram, matches, prefer)
     drafter = lookup if draft is None else CombinedDrafter(lookup, ModelDrafter(draft), k_model)
     out, stats = tree_generate(target, drafter, prompt_tokens, max_new_tokens, None, temperature, rng)

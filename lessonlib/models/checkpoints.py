@@ -3,12 +3,14 @@ that says how to rebuild one that is missing or corrupt."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import torch
 import torch.nn as nn
 
 from lessonlib import paths
+from lessonlib.jsonio import write_atomic
 from lessonlib.core import backend
 from lessonlib.models.gpt import GPT, GPTConfig
 from lessonlib.models.packing import can_pack, pack_linears
@@ -36,14 +38,56 @@ def round_trip(state: dict) -> dict:
 
 
 def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
-    """Weights as float16 safetensors (no pickle) plus a JSON metadata file."""
+    """Weights as float16 safetensors (no pickle) plus a JSON metadata file, as one unit: both
+    are written to temporary files in the folder first, then the old metadata is removed and
+    both renamed into place, so a failure leaves the old pair or no pair (the metadata is
+    missing: ``load`` names the rebuild command), never new weights beside old metadata."""
     from safetensors.torch import save_file
 
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta must be a dict (the checkpoint's JSON metadata), got {type(meta).__name__}")
+    try:
+        text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"meta of checkpoint {name!r} must be JSON-serialisable with finite numbers ({err}); "
+                         "nothing was written") from None
+    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:  # float16 also overflows to inf beyond 65504
+        raise ValueError(f"model {name!r} holds NaN or inf weights (as float16) in {bad[0]}; nothing was written")
     weights, meta_path = checkpoint_paths(name, directory)
     weights.parent.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(weights))
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    tmp_weights, tmp_meta = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (weights, meta_path))
+    try:
+        save_file(state, str(tmp_weights))
+        write_atomic(tmp_meta, text)
+        meta_path.unlink(missing_ok=True)  # from here until the last rename there is no pair
+        os.replace(tmp_weights, weights)
+        os.replace(tmp_meta, meta_path)
+    finally:
+        tmp_weights.unlink(missing_ok=True)
+        tmp_meta.unlink(missing_ok=True)
+
+
+def check_beside(meta: dict, name: str, target: GPT, kinds: tuple[str, ...]) -> str:
+    """What a head's or MTP modules' metadata must say to run beside ``target``: a ``kind`` among
+    ``kinds`` (returned), the target's width and vocabulary, and (when ``target`` came from
+    ``load``) the target's checkpoint name. ValueError naming both sides otherwise."""
+    kind = meta.get("kind")
+    if kind not in kinds:
+        raise ValueError(f"checkpoint {name!r} metadata must name a kind among {kinds}, got {kind!r}; "
+                         f"rebuild it with: {rebuild_command(name)}")
+    config = config_from_meta(meta, name)
+    for field, what in (("n_embd", "width"), ("vocab_size", "vocabulary")):
+        mine, theirs = getattr(config, field), getattr(target.config, field)
+        if mine != theirs:
+            raise ValueError(f"checkpoint {name!r} was trained for a target of {what} {mine} ({field}), "
+                             f"this target has {theirs}")
+    loaded_as, trained_for = getattr(target, "checkpoint_name", None), meta.get("target")
+    if loaded_as is not None and trained_for is not None and loaded_as != trained_for:
+        raise ValueError(f"checkpoint {name!r} was trained for target {trained_for!r}, not {loaded_as!r}: "
+                         f"load it beside models.load({trained_for!r})")
+    return kind
 
 
 def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
@@ -123,8 +167,19 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
     except RuntimeError as err:
         raise ValueError(f"checkpoint {name!r} does not match its config; "
                          f"rebuild it with: {rebuild_command(name)}") from err
-    model = model.to(device or default_device()).eval()
+    model = to_device(model, device or default_device())
+    model.checkpoint_name = name  # heads and MTP modules check that they were trained for it (check_beside)
     return model.pack_for_cpu() if pack and can_pack(model) else model
+
+
+def to_device(model: nn.Module, device) -> nn.Module:
+    """``model`` on ``device`` in eval mode; a device torch does not know or this machine lacks
+    is a ValueError naming it (not torch's RuntimeError)."""
+    try:
+        return model.to(torch.device(device)).eval()
+    except (RuntimeError, TypeError, AssertionError) as err:
+        raise ValueError(f"device must be one this machine has (cpu, cuda, cuda:N when torch sees a GPU), "
+                         f"got {device!r} ({str(err).splitlines()[0]})") from None
 
 
 def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str,

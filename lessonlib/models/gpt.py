@@ -38,6 +38,14 @@ class GPTConfig:
     n_head: int = 8  # attention heads per block (n_embd must divide by it)
     n_embd: int = 256  # C: width of the residual stream (and of the tied token embedding)
 
+    def __post_init__(self) -> None:
+        """Every field an integer >= 1 (True is not 1) and n_embd divisible by n_head; ValueError
+        naming the field, before any tensor is built."""
+        for field in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            object.__setattr__(self, field, check_int(getattr(self, field), field, minimum=1))
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd must be divisible by n_head, got n_embd={self.n_embd}, n_head={self.n_head}")
+
 
 class KVCache:
     """Keys and values of every layer for the tokens committed so far.

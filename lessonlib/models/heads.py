@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
-from lessonlib.models.checkpoints import config_from_meta, load_beside
+from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
 from lessonlib.models.gpt import one_block
 from lessonlib.models.loop import distillation_loss
 
@@ -221,8 +221,6 @@ def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
     the head is packed when its target is (``load(..., pack=True)``), as it runs beside it.
     """
     meta = read_meta(name, directory)  # a missing file names the rebuild command
-    config = config_from_meta(meta, name)  # incomplete metadata: a ValueError with the rebuild command
-    model = build(meta["kind"], config, meta.get("n_heads") or 4)
-    if config.n_embd != target.config.n_embd or config.vocab_size != target.config.vocab_size:
-        raise ValueError(f"head {name!r} was trained for a different target config")
+    kind = check_beside(meta, name, target, HEAD_KINDS)  # kind, widths, vocabulary, target: named ValueErrors
+    model = build(kind, config_from_meta(meta, name), meta.get("n_heads") or 4)
     return load_beside(model, name, target, directory, f"python -m lessonlib.models.train_heads {meta['kind']}", pack)

@@ -136,14 +136,13 @@ def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
     """Trained MTP modules for ``target`` (``{target}-mtp``), eval mode, on its device; packed for
     the CPU when the target is (they run beside it)."""
     from lessonlib.models import CHECKPOINTS, read_meta
-    from lessonlib.models.checkpoints import config_from_meta, load_beside
+    from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
 
     directory = CHECKPOINTS if directory is None else directory
     meta = read_meta(name, directory)
-    if meta.get("kind") != "mtp":
-        raise ValueError(f"checkpoint {name!r} holds no MTP modules (kind {meta.get('kind')!r})")
+    check_beside(meta, name, target, ("mtp",))  # kind, widths, vocabulary, target: named ValueErrors
     config = config_from_meta(meta, name)
-    if config.n_embd != target.config.n_embd or config.vocab_size != target.config.vocab_size:
-        raise ValueError(f"MTP modules {name!r} were trained for another target config")
+    if not isinstance(meta.get("depth"), int) or isinstance(meta["depth"], bool) or meta["depth"] < 1:
+        raise ValueError(f"checkpoint {name!r} metadata must hold a depth >= 1, got {meta.get('depth')!r}")
     mtp = MTPModules(config, meta["depth"])
     return load_beside(mtp, name, target, directory, f"python -m lessonlib.models.train {meta['target']}", pack)

@@ -16,6 +16,7 @@ import signal
 
 import torch
 
+from lessonlib import cli
 from lessonlib.models import data
 # The loop and the run records live in ``loop`` and ``provenance``; their names are re-exported
 # here (noqa: F401), as notebooks, checks and benchmarks use them as ``train.fit`` and so on.
@@ -162,14 +163,15 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["tokenizer", *RECIPES])
-    parser.add_argument("--steps", type=int, default=None, help="planned optimizer steps (sets the lr schedule)")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--steps", type=cli.positive_int, default=None,
+                        help="planned optimizer steps (sets the lr schedule)")
+    parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None,
                         help="stop after this many minutes (resume later); SIGTERM or Ctrl-C stops the same way")
     parser.add_argument("--resume", action="store_true", help="continue the run saved under .cache/runs")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--seed", type=cli.nonnegative_int, default=0)
+    parser.add_argument("--device", type=cli.device, default=None)
     parser.add_argument("--scale", choices=SCALES, default="cpu", help="gpu: the larger configs, saved as NAME-gpu")
     args = parser.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGINT):  # stop cleanly: finish the step, save, ship (resume later)
@@ -186,4 +188,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.models.train"))

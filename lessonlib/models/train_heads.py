@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from lessonlib import cli
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
 from lessonlib.models.heads import build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
@@ -126,21 +127,24 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=list(KINDS), help="both = EAGLE + Medusa; all = EAGLE + EAGLE-3 + Medusa")
-    parser.add_argument("--steps", type=int, default=3000, help="planned optimizer steps (sets the lr schedule)")
-    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    parser.add_argument("--ttt", type=int, default=1,
+    parser.add_argument("--steps", type=cli.positive_int, default=3000,
+                        help="planned optimizer steps (sets the lr schedule)")
+    parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None,
+                        help="stop after this many minutes")
+    parser.add_argument("--ttt", type=cli.int_at_least(1, 64), default=1,
                         help="the EAGLE head's training-time test: unroll steps "
                              "(1 = off; EAGLE-3 always unrolls EAGLE3_TTT)")
-    parser.add_argument("--heads", type=int, default=4, help="number of Medusa heads")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--suffix", default="", help="checkpoint name suffix, e.g. -ttt")
+    parser.add_argument("--heads", type=cli.int_at_least(1, 64), default=4, help="number of Medusa heads")
+    parser.add_argument("--batch", type=cli.positive_int, default=8)
+    parser.add_argument("--lr", type=cli.number(0, 1, low_open=True), default=2e-3)
+    parser.add_argument("--suffix", type=cli.pattern(r"(-[A-Za-z0-9_]+)?", "'' or -WORD, e.g. -ttt"), default="",
+                        help="checkpoint name suffix, e.g. -ttt")
     parser.add_argument("--target", default="target", help="the frozen target the heads read")
     parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--seed", type=cli.nonnegative_int, default=0)
+    parser.add_argument("--device", type=cli.device, default=None)
     args = parser.parse_args(argv)
     kinds = KINDS[args.kind]
     started = time.time()
@@ -153,4 +157,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.models.train_heads"))

@@ -89,7 +89,7 @@ def test_benchmarks_write_under_the_outputs_folder_of_the_environment(tmp_path, 
 
 def test_best_rows_pick_the_best_k_per_setting_and_the_table_shows_spreads():
     def spread(x):
-        return {k: measures.summary([x - 0.1, x, x + 0.1]) for k in ("tau", "alpha", "c", "r", "speedup")}
+        return {k: measures.summary([x - 0.1, x, x + 0.1], min_count=3) for k in ("tau", "alpha", "c", "r", "speedup")}
 
     def row(threads, draft, k, speedup):
         return {"threads": threads, "corpus": "code", "temperature": 1.0, "draft": draft,
@@ -102,7 +102,7 @@ def test_best_rows_pick_the_best_k_per_setting_and_the_table_shows_spreads():
     assert [(r["threads"], r["draft"], r["k"]) for r in bench_decode.best_rows(rows)] == [
         (1, "draft-ce", 1), (1, "draft-kl", 2), (2, "draft-kl", 1)]
     plain = [{"threads": 1, "corpus": "code", "temperature": 1.0,
-              "spread": {"tokens_per_second": measures.summary([250.0])}}]
+              "spread": {"tokens_per_second": measures.summary([250.0], min_count=1)}}]
     md = bench_decode.markdown(rows, plain)
     assert "1.20× [1.15, 1.25]" in md and "250 [250, 250]" in md
 

@@ -70,7 +70,7 @@ CASES = {
     "expected_tokens_per_verify k float": (lambda: L.expected_tokens_per_verify(0.5, 2.5), "k must"),
     "expected_speedup negative c": (lambda: L.expected_speedup(0.5, 2, -0.1), "c must"),
     "wall_time_per_token NaN alpha": (lambda: L.wall_time_per_token(np.nan, 2, 0.1), "alpha"),
-    "optimal_k k_max": (lambda: L.optimal_k(0.5, 0.1, k_max=0), "k must"),
+    "optimal_k k_max": (lambda: L.optimal_k(0.5, 0.1, k_max=0), "k_max must"),
     "breakeven_alpha k": (lambda: L.breakeven_alpha(0, 0.1), "k must"),
     "simulate_tokens_per_verify n_rounds": (lambda: L.simulate_tokens_per_verify(0.5, 2, 0, RNG), "n_rounds"),
     "tv_distance shapes": (lambda: L.tv_distance([1.0], [0.5, 0.5]), "same shape"),

@@ -55,11 +55,13 @@ def test_summary_is_median_and_quartiles():
     assert s == {"median": 3.0, "q25": 2.0, "q75": 4.0, "n": 5}
     assert measures.fmt_spread(s, 1, "×") == "3.0× [2.0, 4.0], n = 5"
     assert measures.fmt_spread(s, 1, "×", count=False) == "3.0× [2.0, 4.0]"
-    for bad in ([], [[1.0, 2.0]], [1.0, float("nan")]):
+    for bad in ([], [[1.0, 2.0]], [1.0, float("nan")], [1.0] * 4 + [float("nan")], [1.0, 2.0],
+                [1.0] * 4 + [float("inf")], ["a"] * 5):
         with pytest.raises(ValueError, match="values"):
             measures.summary(bad)
     with pytest.raises(ValueError, match="level"):
-        measures.summary([1.0], level=0)
+        measures.summary([1.0] * 5, level=0)
+    assert measures.summary([2.0, 4.0], min_count=2)["median"] == 3.0  # fewer only when asked for
 
 
 def test_against_plain_pairs_each_prompt_with_its_own_plain_run():
@@ -73,15 +75,16 @@ def test_against_plain_pairs_each_prompt_with_its_own_plain_run():
 
 
 def test_summarise_skips_what_a_method_does_not_measure_and_undefined_alphas():
-    rows = measures.against_plain([CHAIN, _with(CHAIN, accepted=0, judged=0), CHAIN], [PLAIN] * 3)
+    rows = measures.against_plain([CHAIN, _with(CHAIN, accepted=0, judged=0)] + [CHAIN] * 3, [PLAIN] * 5)
     spread = measures.summarise(rows)
-    assert spread["speedup"]["n"] == 3 and spread["alpha"]["n"] == 2  # the NaN prompt judged nothing
+    assert spread["speedup"]["n"] == 5 and spread["alpha"]["n"] == 4  # the NaN prompt judged nothing
     assert "draft_cost_per_round" not in spread  # a chain has no tree rounds
-    assert "c" not in measures.summarise(measures.against_plain([TREE], [PLAIN]))
-    with pytest.raises(ValueError, match="runs"):
-        measures.summarise([])
+    assert "c" not in measures.summarise(measures.against_plain([TREE] * 5, [PLAIN] * 5))
+    for few in ([], rows[:4]):
+        with pytest.raises(ValueError, match="runs must hold at least 5"):
+            measures.summarise(few)
 
 
 def test_summarise_reads_rows_and_the_loops_stats_alike():
-    from_stats, from_rows = measures.summarise([PLAIN, PLAIN]), measures.summarise([PLAIN.as_dict()] * 2)
+    from_stats, from_rows = measures.summarise([PLAIN] * 5), measures.summarise([PLAIN.as_dict()] * 5)
     assert from_stats == from_rows and from_stats["target_forward_seconds"]["median"] == pytest.approx(0.004)

@@ -18,7 +18,7 @@ import pathlib
 import numpy as np
 
 from lessonlib import paths
-from lessonlib.jsonio import jsonable
+from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core import theory
 from lessonlib.bench import record
 from lessonlib.course.skill import draft_free, schema, sections, tables
@@ -109,6 +109,4 @@ def write_skill(measurements_path=None, out_path=None):
     from the table of record in the outputs folder, else the shipped one."""
     text = build_skill(schema.load_measurements(measurements_path), record.load())
     out_path = pathlib.Path(out_path) if out_path is not None else skill_path()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(text)
-    return out_path
+    return write_atomic(out_path, text)

@@ -26,12 +26,12 @@ NaN); ``validate_measurements`` raises ValueError naming the first bad field.
 """
 from __future__ import annotations
 
-import json
 import pathlib
 
 import numpy as np
 
 from lessonlib import paths
+from lessonlib.jsonio import read_json
 from lessonlib.core.validate import check_int, check_ks
 
 FILE_NAME = "temperature.json"
@@ -46,10 +46,12 @@ def measurements_path() -> pathlib.Path:
 def load_measurements(path=None):
     """Read and validate the measurements JSON (default: ``measurements_path()``)."""
     path = pathlib.Path(path) if path is not None else measurements_path()
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run solutions/05_high_temperature.ipynb to measure it")
-    m = json.loads(path.read_text())
-    validate_measurements(m)
+    rebuild = "run solutions/05_high_temperature.ipynb (its measuring cells write it)"
+    m = read_json(path, rebuild)
+    try:
+        validate_measurements(m)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}; {rebuild}") from None
     return m
 
 
