@@ -20,12 +20,14 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import io
 import os
 import pathlib
 import sysconfig
 
 import numpy as np
 from lessonlib import paths
+from lessonlib.jsonio import write_atomic
 
 ASSETS = paths.ASSETS
 TOKENIZER_PATH = ASSETS / "tokenizer.json"
@@ -127,7 +129,12 @@ def train_tokenizer(path: pathlib.Path = TOKENIZER_PATH, vocab_size: int = VOCAB
     )
     tok.train_from_iterator((t for c in CORPORA for _, t in split_documents(c, "train")), trainer=trainer)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # atomic: a reader sees the old file or the new
+    try:
+        tok.save(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @functools.lru_cache(maxsize=1)
@@ -173,11 +180,15 @@ def token_array(corpus: str, split: str) -> np.ndarray:
     digest = hashlib.sha256(TOKENIZER_PATH.read_bytes()).hexdigest()[:12]
     cache = CACHE_DIR / f"tokens-{corpus}-{split}-{digest}.npy"
     if cache.exists():
-        return np.load(cache)
+        try:
+            return np.load(cache)
+        except (ValueError, OSError, EOFError):  # a damaged cache is derived data: tokenise again below
+            pass
     ids = tokenizer().encode_batch([t + "\n\n" for _, t in split_documents(corpus, split)])
     arr = np.fromiter((i for e in ids for i in e.ids), dtype=np.uint16)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    np.save(cache, arr)
+    buffer = io.BytesIO()
+    np.save(buffer, arr)
+    write_atomic(cache, buffer.getvalue())
     return arr
 
 

@@ -12,6 +12,7 @@ faster than float32; the weights and optimizer state stay float32.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 
 import torch
@@ -124,7 +125,9 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
 
     def checkpoint(s):
         run_path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(s | {"model": model.state_dict()}, run_path)
+        tmp = run_path.with_name(f".{run_path.name}.tmp")  # atomic: --resume never reads half a run
+        torch.save(s | {"model": model.state_dict()}, tmp)
+        os.replace(tmp, run_path)
 
     before = {"step": state["step"], "seconds": state["seconds"]} if state else {"step": 0, "seconds": 0.0}
     place = where(device)  # at the start: the revision whose code this run executes
