@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lessonlib.core import chain, sampling, theory, tree
-from lessonlib.course import checks
+from lessonlib.course import checks, gallery_detect
 from lessonlib.course.checks import wrong
 
 
@@ -17,7 +17,7 @@ def references():
     from lessonlib.decoding import fallback
     from lessonlib.models import distill, train
 
-    return {"1a": sampling.residual, "1b": chain.verify_chain, "1c": chain.verify_greedy,
+    return {"1a": sampling.residual, "1b": chain.verify_chain, "1c": chain.verify_greedy, "1d": gallery_detect.detect,
             "2a": theory.expected_tokens_per_verify, "2b": theory.wall_time_per_token, "2c": theory.expected_speedup,
             "2d": theory.optimal_k, "3a": train.distillation_loss, "3b": distill.measure_alpha, "3c": train.train_step,
             "3d": checks.theory_best_loss, "4a": tree.tree_attention_mask, "4b": checks.ex4.draft_topk_tree_reference,
@@ -62,7 +62,7 @@ def stub_for(part):
 
 def test_every_part_has_a_check_and_a_reference():
     assert PARTS == sorted(references()) == [
-        f"{n}{p}" for n, ps in [(1, "abc"), (2, "abcd"), (3, "abcd"), (4, "abcd"), (5, "abc")] for p in ps]
+        f"{n}{p}" for n, ps in [(1, "abcd"), (2, "abcd"), (3, "abcd"), (4, "abcd"), (5, "abc")] for p in ps]
 
 
 @pytest.mark.parametrize("part", PARTS)

@@ -25,7 +25,7 @@ from lessonlib.course.checks import wrong
 # the exercise_* checks are in __all__ through EXERCISES, which ruff cannot see: hence the noqa
 from lessonlib.course.checks.ex1 import (CHAIN_LEVEL, CHAIN_P, CHAIN_Q, CHAIN_ROUNDS, chain_length_probs,
                                          chain_statistics)
-from lessonlib.course.checks.ex1 import exercise_1a, exercise_1b, exercise_1c  # noqa: F401
+from lessonlib.course.checks.ex1 import exercise_1a, exercise_1b, exercise_1c, exercise_1d  # noqa: F401
 from lessonlib.course.checks.ex2 import LEVIATHAN_TABLE_1
 from lessonlib.course.checks.ex2 import exercise_2a, exercise_2b, exercise_2c, exercise_2d  # noqa: F401
 from lessonlib.course.checks.ex3 import theory_best_loss

@@ -1,9 +1,13 @@
-"""Checks for notebook 1, the exact rule: 1a residual, 1b one verification round, 1c the greedy rule."""
+"""Checks for notebook 1, the exact rule: 1a residual, 1b one verification round, 1c the greedy rule, 1d a detector
+for the gallery of real bugs."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from lessonlib.core import chain, sampling
+from lessonlib.course import gallery, gallery_detect
 from lessonlib.course.checks import wrong
 from lessonlib.course.checks.framework import (call, chi_square_gate, emitted_tokens, expect_close, expect_equal, fail,
                                                random_rows, rejects, run_check)
@@ -263,3 +267,70 @@ def _verify_greedy_fn(verify_greedy):
 def exercise_1c(verify_greedy):
     """Check ``verify_greedy(p_rows, draft_tokens)``: the temperature-0 rule."""
     return run_check("1c", verify_greedy, chain.verify_greedy, _verify_greedy_fn)
+
+
+# ----------------------------------------------------------------------------- 1d a detector for the gallery
+
+DETECT_SEEDS = (1,)  # the correct round is judged on these seeds too: a detector must pass it every time
+MISSED = {"greedy": "run every sampler at T = 0 and compare each emitted token with the target's argmax at its "
+                    "position (the batch and the near-tie case of gallery.CASES)",
+          "inputs": "pass copies of the logits (case.target_logits.copy()) and compare them with the case's after the "
+                    "call: a sampler that writes into its inputs is a bug",
+          "sampled": "at T ≠ 1 compare the first and the second emitted token with their exact laws "
+                     "(gallery_detect.expected_laws) by chi-square on enough rounds (thousands: power)"}
+FLAGGED = ("a correct sampler was flagged: test the output law (first and second token), not the acceptance or the "
+           "number of tokens per round, against its noise, at a level that keeps the false-alarm rate at 10⁻³ "
+           "(divide it among your tests)")
+
+
+def _kind(sampler) -> str:
+    """Which family of test a gallery bug needs (from the reference detector's verdict)."""
+    test = gallery_detect.detect(sampler, np.random.default_rng(0)).test
+    return "greedy" if test.startswith("greedy") else "inputs" if test.startswith("inputs") else "sampled"
+
+
+def _anonymous(sampler, i: int):
+    """The sampler as the student's detector sees it: no name, label or thread to read, a step of its own."""
+    def step(target_logits, draft_logits, temperature, top_k, rng):
+        return sampler.step(target_logits, draft_logits, temperature, top_k, rng)
+    return dataclasses.replace(sampler, name=f"sampler {i}", step=step, source="", symptom="", bug=True)
+
+
+def _verdict(case: str, out) -> tuple[bool, str, int]:
+    try:
+        detected, test, samples = out
+    except (TypeError, ValueError):
+        fail(case, "expected (detected, test, samples)", got=out, hint="return a tuple: a bool, a str, an int")
+    if not isinstance(detected, (bool, np.bool_)) or not isinstance(test, str) or int(samples) != samples \
+            or samples < 0:
+        fail(case, "expected (detected: bool, test: str, samples: int >= 0)", got=out)
+    return bool(detected), test, int(samples)
+
+
+def _verify_detector(detect):
+    rng, lines = np.random.default_rng(0), []
+    for i, sampler in enumerate(gallery.GALLERY):
+        case = f"{sampler.name} ({'a bug' if sampler.bug else 'exact'})"
+        detected, test, samples = _verdict(case, call(detect, case, _anonymous(sampler, i), rng))
+        if detected != sampler.bug:
+            fail(case, "flagged, though its output follows the target" if detected else "not detected",
+                 hint=FLAGGED if detected else MISSED[_kind(sampler)])
+        lines.append(f"{sampler.name:<36} {'detected' if detected else 'passed':<9} {test or '—'} (samples: {samples})")
+    for seed in DETECT_SEEDS:
+        case = f"correct round, seed {seed}"
+        if _verdict(case, call(detect, case, _anonymous(gallery.GALLERY[0], 0), np.random.default_rng(seed)))[0]:
+            fail(case, "flagged, though its output follows the target", hint=FLAGGED)
+    return lines
+
+
+def _verify_detector_fn(detect):
+    lines = _verify_detector(detect)
+    controls = [rejects(_verify_detector, name, fn) for name, fn in wrong.controls("1d").items()]
+    return (["every gallery bug flagged, both exact rules passed (the correct round also on seed "
+             f"{', '.join(map(str, DETECT_SEEDS))}); each sampler seen without its name:"] + lines
+            + ["negative controls, same check: " + "; ".join(controls)])
+
+
+def exercise_1d(detect):
+    """Check ``detect(sampler, rng) -> (detected, test, samples)`` over ``gallery.GALLERY``."""
+    return run_check("1d", detect, gallery_detect.detect, _verify_detector_fn)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessonlib.core import sampling
+from lessonlib.core import sampling, stats
+from lessonlib.course import gallery
+from lessonlib.course import gallery_detect as gd
 from lessonlib.course.checks.framework import Wrong
 
 # ----------------------------------------------------------------------------- the two verifiers notebook 01 shows
@@ -230,6 +232,32 @@ def greedy_no_correction(p_rows, draft):
 
 NORMALISE = "max(p - q, 0) / sum(max(p - q, 0))"
 FRESH_U = "a fresh u for each draft"
+# ----------------------------------------------------------------------------- 1d detectors
+
+
+def detect_tv_recipe(sampler, rng, n=1_000):
+    """"TV < 0.01": flags the first-token histogram of n rounds when its TV from p exceeds 0.01."""
+    case = gallery.CASES[2]
+    first = np.bincount([gd.run(sampler, case, rng)[0][0][0] for _ in range(n)], minlength=6)
+    tv = float(stats.tv_distance(first / n, case.p[0, 0]))
+    return tv > 0.01, "TV < 0.01", n
+
+
+def detect_counts_tokens(sampler, rng):
+    """The reference detector plus a chi-square on the number of tokens per round."""
+    case = gallery.CASES[2]
+    lengths = np.bincount([len(gd.run(sampler, case, rng)[0][0]) - 1 for _ in range(2_000)], minlength=3)
+    if stats.chi_square(lengths, gd.expected_laws(case)["tokens per round"])[1] < 1e-4:
+        return True, "chi-square (tokens per round)", 2_000
+    return tuple(gd.detect(sampler, rng))
+
+
+def detect_without_copies_check(sampler, rng):
+    """The reference detector without the inputs test (it still hands the sampler copies)."""
+    verdict = gd.detect(sampler, rng)
+    return (False, "", 0) if verdict.test.startswith("inputs") else tuple(verdict)
+
+
 ENTRIES = [
     Wrong("1a", "unnormalised", lambda p, q: np.maximum(p - q, 0), NORMALISE,
           "returns max(p − q, 0) without dividing by its sum"),
@@ -288,4 +316,18 @@ ENTRIES = [
     Wrong("1c", "argmax over the wrong axis", greedy_argmax_wrong_axis, "not axis=0", "np.argmax(p_rows, axis=0)"),
     Wrong("1c", "no correction token", greedy_no_correction, "one correction token",
           "stops at a mismatch without emitting the target's token"),
+    Wrong("1d", "flags everything", lambda sampler, rng: (True, "suspicion", 0), "a correct sampler was flagged",
+          "calls every sampler buggy", control=True),
+    Wrong("1d", "greedy equality only", lambda sampler, rng: tuple(gd.detect(sampler, rng, cases=gallery.CASES[:2])),
+          "enough rounds", "runs only the T = 0 tests: sampled bugs pass", control=True),
+    Wrong("1d", "trusts the label", lambda sampler, rng: (sampler.bug, "label", 0), "a correct sampler was flagged",
+          "reads sampler.bug instead of testing"),
+    Wrong("1d", "TV < 0.01 on 1,000 rounds", detect_tv_recipe, "against its noise",
+          "the recipe notebook 01 refutes: the noise floor at n = 1,000 is 0.021"),
+    Wrong("1d", "chi-square on 200 rounds", lambda sampler, rng: tuple(gd.detect(sampler, rng, stages=(200,))),
+          "thousands: power", "too few rounds: the bf16 draft (caught with probability 0.31 at 200) passes"),
+    Wrong("1d", "tests the tokens per round", detect_counts_tokens, "not the acceptance",
+          "flags the sample-match rule, which is exact but accepts less"),
+    Wrong("1d", "no inputs test", detect_without_copies_check, "compare them with the case's after the call",
+          "misses the n-gram path that corrupts the target's logits in place"),
 ]
