@@ -16,6 +16,7 @@ from lessonlib.bench import common, record
 from lessonlib.core import theory
 from lessonlib.course import translate
 from lessonlib.course.skill import schema
+from lessonlib.course.skill.recommend import recommend
 from lessonlib.decoding import fallback, measures
 from lessonlib.decoding.prompt_lookup import PromptLookupDrafter, lookup_generate
 from lessonlib.models import GPT, GPTConfig, checkpoints
@@ -62,6 +63,13 @@ LIBRARY = {  # the class of input, the call, what the message must name
                                              "prompt_tokens"),
     "stream: k past the context": (lambda: fallback.ModelStream(tiny(), tiny(1), [1], 31, 0.0), "k must"),
     "load: device gpu": (lambda: checkpoints.to_device(tiny(), "gpu"), "device"),
+    "c: zero target step": (lambda: measures.cost_ratio(0.001, 0.0), "target_step_seconds"),
+    "c: negative draft step": (lambda: measures.cost_ratio(-0.001, 0.01), "draft_step_seconds"),
+    "speedup: NaN seconds": (lambda: measures.speedup(float("nan"), 0.01), "plain_seconds_per_token"),
+    "forward bound: r 0": (lambda: measures.forward_bound(2.0, 3, 0.1, 0.0), "r must"),
+    "skill: huge k_max": (lambda: recommend(0.5, 0.1, k_max=10**9), "k_max"),
+    "skill: window 0": (lambda: recommend(0.5, 0.1, window=0), "window"),
+    "skill: bool margin": (lambda: recommend(0.5, 0.1, margin=True), "margin"),
 }
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from lessonlib.core.validate import check_int, check_interval
+from lessonlib.core.validate import check_int, check_interval, check_nonnegative, check_positive
 
 if TYPE_CHECKING:  # stats imports this module (tau, alpha): the type only
     from lessonlib.decoding.stats import DecodeStats
@@ -54,22 +54,30 @@ def alpha(accepted: int, judged: int) -> float:
 
 def cost_ratio(draft_step_seconds: float, target_step_seconds: float) -> float:
     """c: one draft step / one one-token target step, both timed in the decoding loop."""
-    return draft_step_seconds / target_step_seconds
+    return _ratio(draft_step_seconds, "draft_step_seconds", target_step_seconds, "target_step_seconds")
 
 
 def verify_ratio(forward_seconds: float, target_step_seconds: float) -> float:
     """r(n): a target forward over n new tokens / a one-token target step."""
-    return forward_seconds / target_step_seconds
+    return _ratio(forward_seconds, "forward_seconds", target_step_seconds, "target_step_seconds")
 
 
 def speedup(plain_seconds_per_token: float, method_seconds_per_token: float) -> float:
     """Plain seconds per token / method seconds per token (same prompt, same settings)."""
-    return plain_seconds_per_token / method_seconds_per_token
+    return _ratio(plain_seconds_per_token, "plain_seconds_per_token", method_seconds_per_token,
+                  "method_seconds_per_token")
 
 
 def forward_bound(tau_value: float, k: float, c: float, r: float) -> float:
     """tau / (k c + r): the speedup of a loop whose rounds cost only their forwards."""
-    return tau_value / (k * c + r)
+    k, c = (float(check_nonnegative(x, name)) for x, name in ((k, "k"), (c, "c")))
+    return _ratio(tau_value, "tau_value", k * c + float(check_positive(r, "r")), "k c + r")
+
+
+def _ratio(top: float, top_name: str, bottom: float, bottom_name: str) -> float:
+    """top / bottom for measured quantities: top finite and >= 0, bottom finite and > 0 (a zero,
+    negative or NaN time is a measurement error, not a ratio)."""
+    return float(check_nonnegative(top, top_name)) / float(check_positive(bottom, bottom_name))
 
 
 def summary(values: npt.ArrayLike, level: float = 0.5, min_count: int = MIN_PROMPTS) -> dict[str, Any]:

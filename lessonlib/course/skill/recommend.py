@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from lessonlib.core import theory
+from lessonlib.core.theory import K_MAX_SEARCH
 from lessonlib.core.validate import check_c, check_int, check_positive_number, check_temperature, check_unit
 from lessonlib.course.skill import schema
 from lessonlib.course.skill.schema import check_forward_cost
@@ -175,12 +176,15 @@ def _as_candidates(alpha, c):
     return alphas, costs
 
 
-def _check_settings(temperature, concurrency, k_max, margin):
+def _check_settings(temperature, concurrency, k_max, margin, window=1, probe_every=1):
     check_temperature(temperature)
     concurrency = check_int(concurrency, "concurrency", minimum=1)
-    k_max = check_int(k_max, "k_max", minimum=1)
-    if not np.isscalar(margin) or not np.isfinite(margin) or not margin >= 0:
+    k_max = check_int(k_max, "k_max", minimum=1, maximum=K_MAX_SEARCH)  # the grid has k_max rows
+    if isinstance(margin, (bool, np.bool_)) or not np.isscalar(margin) or not np.isfinite(margin) \
+            or not margin >= 0:
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    check_int(window, "window", minimum=1)
+    check_int(probe_every, "probe_every", minimum=1)
     return concurrency, k_max
 
 
@@ -266,7 +270,7 @@ def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, cov
     fallback policy estimates a chain's alpha), priced with r = r(K + 1) at this batch.
     """
     alphas, costs = _as_candidates(alpha, c)
-    concurrency, k_max = _check_settings(temperature, concurrency, k_max, margin)
+    concurrency, k_max = _check_settings(temperature, concurrency, k_max, margin, window, probe_every)
     coverages, curves = _per_draft(alpha, alphas, coverage, alpha_curve)
     if forward_cost is not None:
         check_forward_cost(forward_cost)
