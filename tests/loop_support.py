@@ -62,7 +62,9 @@ def context_counts(logits_fn, runs, temperature, order=1):
         seq = np.asarray(list(prompt) + list(new))
         if len(prompt) < order:
             raise ValueError(f"prompts must hold at least order={order} tokens")
-        p = softmax(logits_fn(seq[:-1].tolist())[len(prompt) - 1 :], temperature)
+        rows = logits_fn(seq[:-1].tolist())[len(prompt) - 1 :]
+        # a number, or a decoding.round.Sampling (its truncation too: the law the loop must follow)
+        p = temperature.probs(rows) if hasattr(temperature, "probs") else softmax(rows, temperature)
         V, n = p.shape[1], len(new)
         ctx = np.zeros(n, dtype=np.int64)
         for j in range(order):  # context id in base V, oldest token first

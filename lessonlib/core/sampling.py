@@ -2,6 +2,8 @@
 
 * ``softmax`` with temperature; T <= ``GREEDY_TEMPERATURE`` is greedy (one-hot argmax).
 * ``top_k_filter`` / ``top_p_filter`` -- truncate and renormalise a distribution.
+* ``process`` -- the one place logits become a sampling distribution: temperature, then
+  top-k, top-p and min-p, applied alike to the target's rows (p) and the draft's (q).
 * ``sample`` -- one token per row by inverse CDF; ``inverse_cdf`` is the same with given
   uniforms, written once for numpy arrays and torch tensors (the batched path uses it).
 * ``residual`` -- norm(max(p - q, 0)), where speculative sampling draws after a rejection.
@@ -73,6 +75,41 @@ def top_p_filter(p: npt.ArrayLike, top_p: float) -> np.ndarray:
     out = np.zeros_like(p)
     np.put_along_axis(out, order, sorted_p * keep_sorted, axis=-1)
     return out / out.sum(axis=-1, keepdims=True)
+
+
+def check_truncation(top_k: object = None, top_p: object = None, min_p: object = None) -> None:
+    """top_k: None or an integer >= 1; top_p: None or in (0, 1]; min_p: None or in [0, 1)."""
+    if top_k is not None:
+        check_int(top_k, "top_k", minimum=1)
+    if top_p is not None:
+        check_interval(top_p, "top_p", "(0, 1]")
+    if min_p is not None:
+        check_interval(min_p, "min_p", "[0, 1)")
+
+
+def process(logits: npt.ArrayLike, temperature: float, top_k: int | None = None, top_p: float | None = None,
+            min_p: float | None = None) -> np.ndarray:
+    """The sampling distribution of each row of ``logits`` ((..., V) -> float64 (..., V)):
+    softmax(logits / T), then keep the ``top_k`` most likely tokens (ties: lower index), then
+    the nucleus of mass ``top_p``, then drop tokens below ``min_p`` times the row's largest
+    probability; renormalised after each step (the order of transformers' and vLLM's processors).
+
+    Speculative sampling stays exact under truncation only if the draft's q goes through the
+    same processing and the rule judges with the q the draft actually sampled from
+    (transformers issue #47932 is the bug of using the q from before truncation). At
+    T <= 1e-5 the row is one-hot at the argmax, which no truncation removes."""
+    check_truncation(top_k, top_p, min_p)
+    p = softmax(logits, temperature)
+    if temperature <= GREEDY_TEMPERATURE:
+        return p
+    if top_k is not None and top_k < p.shape[-1]:
+        p = top_k_filter(p, top_k)
+    if top_p is not None and top_p < 1.0:
+        p = top_p_filter(p, top_p)
+    if min_p:
+        p = np.where(p >= min_p * p.max(axis=-1, keepdims=True), p, 0.0)
+        p /= p.sum(axis=-1, keepdims=True)
+    return p
 
 
 @overload

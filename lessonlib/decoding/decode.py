@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import torch
 
-from lessonlib.core.sampling import GREEDY_TEMPERATURE, sample, softmax
-from lessonlib.core.validate import check_k, check_temperature
+from lessonlib.core.sampling import sample
+from lessonlib.core.validate import check_k
 from lessonlib.decoding.drafters import ChainDrafter
 from lessonlib.decoding.round import Ids, Sampling, check_budget, check_drafter, check_sampling_rng, feed, run_rounds
 from lessonlib.decoding.stats import DecodeStats
@@ -30,22 +30,24 @@ if TYPE_CHECKING:  # the type only: importing lessonlib.models applies the threa
 __all__ = ["feed", "generate", "next_token", "speculative_generate"]
 
 
-def next_token(logits_row: np.ndarray, temperature: float, rng: np.random.Generator | None) -> int:
-    """The token after a row of logits ((V,)): argmax at T <= 1e-5, else a sample from softmax(z / T)."""
-    if check_temperature(temperature) <= GREEDY_TEMPERATURE:  # a negative T raises, it is not greedy
+def next_token(logits_row: np.ndarray, temperature: float | Sampling, rng: np.random.Generator | None) -> int:
+    """The token after a row of logits ((V,)): argmax at T <= 1e-5, else a sample from
+    softmax(z / T) after the sampling's truncation (``Sampling.probs``)."""
+    sampling = Sampling.of(temperature)  # a negative T raises, it is not greedy
+    if sampling.greedy:
         return int(np.argmax(logits_row))
-    return int(sample(softmax(logits_row, temperature), cast(np.random.Generator, rng)))  # sample checks rng
+    return int(sample(sampling.probs(logits_row), cast(np.random.Generator, rng)))  # sample checks rng
 
 
 @torch.inference_mode()
-def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: float = 0.0,
+def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: float | Sampling = 0.0,
              rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
     """Plain autoregressive decoding: one target forward per new token (the baseline).
 
     ``rng``: a numpy Generator, needed when temperature > 1e-5. Returns (new_tokens,
     ``DecodeStats``): its ``target_forward_seconds`` is one one-token step in the loop.
     """
-    sampling = Sampling(temperature)
+    sampling = Sampling.of(temperature)
     max_new_tokens = check_budget(model, prompt_tokens, max_new_tokens)
     rng = check_sampling_rng(sampling, rng)
     clock = Clock(model.device)
@@ -54,7 +56,7 @@ def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: f
     new: list[int] = []
     start = time.perf_counter()
     for i in range(max_new_tokens):
-        new.append(next_token(logits, temperature, rng))
+        new.append(next_token(logits, sampling, rng))
         if i + 1 < max_new_tokens:
             logits = clock("target", feed, model, cache, [new[-1]])[-1]
     stats = DecodeStats("plain", sampling.temperature, max_new_tokens, rounds=max_new_tokens,
@@ -64,7 +66,7 @@ def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: f
 
 @torch.inference_mode()
 def speculative_generate(target: GPT, draft: GPT, prompt_tokens: Ids, k: int, max_new_tokens: int,
-                         temperature: float = 0.0, rng: np.random.Generator | None = None
+                         temperature: float | Sampling = 0.0, rng: np.random.Generator | None = None
                          ) -> tuple[list[int], DecodeStats]:
     """Chain speculative decoding: the draft proposes k tokens (sampled from its q at T > 0),
     the target verifies them in one forward, the exact rule (``verify_chain``;
@@ -79,7 +81,7 @@ def speculative_generate(target: GPT, draft: GPT, prompt_tokens: Ids, k: int, ma
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     k = check_k(k)
-    sampling = Sampling(temperature)
+    sampling = Sampling.of(temperature)
     drafter = ChainDrafter(draft, k)
     check_drafter(target, drafter, prompt_tokens)
     # the last round starts with at most prompt + max_new_tokens - 1 tokens and the target

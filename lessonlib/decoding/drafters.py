@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from lessonlib.core import tree
-from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, softmax
+from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf
+from lessonlib.core.tree_sampled import SampledRule
 from lessonlib.core.validate import check_k
 from lessonlib.decoding.round import Ids, Proposal, Sampling, feed
 from lessonlib.decoding.timing import Timer, untimed
@@ -25,7 +26,8 @@ if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thre
     from lessonlib.models.gpt import GPT, KVCache
     from lessonlib.models.heads import EagleHead, MedusaHeads
 
-# a drafting rule: rule(expand) -> (parents, tokens, score), e.g. functools.partial(tree.draft_topk, branching=...)
+# a drafting rule: rule(expand) -> (parents, tokens, score), e.g. functools.partial(tree.draft_topk, branching=...),
+# or a core.tree_sampled.SampledRule: rule(expand, probs, rng) -> (parents, tokens, score, q rows)
 Rule = Callable[..., tuple]
 
 
@@ -104,9 +106,9 @@ class ChainDrafter:
             if tq <= GREEDY_TEMPERATURE:
                 drafts.append(int(np.argmax(logits)))
                 if not sampling.greedy:  # a sampling target needs the law the drafts came from: one-hot
-                    q_rows.append(softmax(logits, tq))
+                    q_rows.append(sampling.draft_probs(logits))
             else:
-                q_rows.append(softmax(logits, tq))
+                q_rows.append(sampling.draft_probs(logits))  # the same truncation as the target's p
                 drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(cast(np.random.Generator, rng).random()))))
             pending = [drafts[-1]]
         return Proposal.chain(drafts, np.stack(q_rows) if q_rows else None)
@@ -132,10 +134,19 @@ class RuleDrafter:
 
     def propose(self, rule: Rule | None, sampling: Sampling | None, rng: np.random.Generator | None,
                 clock: Timer = untimed) -> Proposal:
-        """The tree ``rule(self.expand)`` drafts: deterministic candidates (no q)."""
+        """The tree ``rule`` drafts: a rule of ``core.tree`` gives deterministic candidates (no
+        q); a ``SampledRule`` draws every node from the draft's q at ``sampling``'s draft
+        temperature and truncation (``sampling.draft_probs``) and hands the round those q rows
+        -- or, with a greedy draft, runs its deterministic twin."""
         if rule is None:
             raise ValueError("rule must be a drafting rule of core.tree, e.g. "
                              "functools.partial(tree.draft_topk, branching=(3, 2, 2))")
+        if isinstance(rule, SampledRule):
+            if sampling is not None and sampling.draft_t > GREEDY_TEMPERATURE:
+                parents, tokens, _, q = clock("draft", rule, self.expand, sampling.draft_probs,
+                                              cast(np.random.Generator, rng))
+                return Proposal(parents, tokens, q, rule.replacement)
+            rule = rule.deterministic
         parents, tokens, _ = clock("draft", rule, self.expand)
         return Proposal(np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64))
 
@@ -177,6 +188,12 @@ class TreeDrafter(RuleDrafter):
     # _feed(parents (N,), tokens (N,), new (M,), mask (M, n_fed + M) bool, depth (M,)) -> (M, V) log-probs
     _feed: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
+    def commit(self, seq: list[int], features: torch.Tensor | None = None, clock: Timer = untimed) -> None:
+        """As ``RuleDrafter.commit``; a round whose bonus token lies past the context ends the
+        loop (its budget fits the context), so there is nothing left to feed."""
+        if len(seq) <= self.cache.capacity:
+            super().commit(seq, features, clock)
+
     def _start_round(self, root_logq: np.ndarray) -> None:
         """``root_logq``: (V,) draft log-probs after the committed sequence."""
         self.committed = self.cache.length
@@ -217,11 +234,20 @@ class TreeDrafter(RuleDrafter):
             for d in np.unique(depth[new]):  # one feed per depth: an EAGLE node's input is its parent's output
                 group = new[depth[new] == d]
                 cols = np.concatenate([self.fed, group])
-                self.logq = np.concatenate(
-                    [self.logq, self._feed(parents, tokens, group, mask[np.ix_(group, cols)], depth[group])])
+                # at the end of the context the cache holds only the first nodes; the round cuts the
+                # proposal to the same room (``round.fit_to_room``), so the others' rows are never used
+                fit = min(len(group), self.cache.capacity - self.cache.length)
+                rows = [self._feed(parents, tokens, group[:fit], mask[np.ix_(group[:fit], cols[: len(self.fed) + fit])],
+                                   depth[group[:fit]])] if fit > 0 else []
+                self.logq = np.concatenate([self.logq, *rows, self._unfed(len(group) - fit)])
                 self.fed = cols
             self.fed_tree = (parents[self.fed], tokens[self.fed])
         return self.logq[self._rows(len(parents))[nodes]]
+
+    def _unfed(self, n: int) -> np.ndarray:
+        """(n, V) placeholder rows (uniform log-probs) for nodes past the draft cache's room."""
+        V = self.logq.shape[1]
+        return np.full((n, V), -np.log(V))
 
     def _rows(self, n_nodes: int) -> np.ndarray:
         """node -> its row of ``logq`` (and of the EAGLE head's g); index -1 (the context) -> 0:
@@ -279,6 +305,10 @@ class EagleDrafter(TreeDrafter):
     def _forget_tree(self) -> None:
         super()._forget_tree()
         self.g = self.g[:1]
+
+    def _unfed(self, n: int) -> np.ndarray:
+        self.g = torch.cat([self.g, self.g[:1].expand(n, -1)])  # rows kept aligned with logq's
+        return super()._unfed(n)
 
     def _feed(self, parents: np.ndarray, tokens: np.ndarray, new: np.ndarray, mask: np.ndarray,
               depth: np.ndarray) -> np.ndarray:

@@ -147,7 +147,7 @@ def _check_args(window: int, ngram: int, guesses: int, temperature: float) -> tu
 
 @torch.inference_mode()
 def lookahead_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, window: int = 4, ngram: int = 3,
-                       guesses: int = 4, temperature: float = 0.0, rng: np.random.Generator | None = None,
+                       guesses: int = 4, temperature: float | Sampling = 0.0, rng: np.random.Generator | None = None,
                        seed: int = 0) -> tuple[list[int], DecodeStats]:
     """Lookahead decoding: ``window`` columns, n-grams of ``ngram`` tokens, up to ``guesses``
     pool n-grams verified per round. Greedy at T <= 1e-5 (the output is the target's greedy
@@ -158,10 +158,12 @@ def lookahead_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, win
     (rounds whose accepted path came from the pool), ``window_rounds`` (from the window itself),
     ``pool_size`` at the end, and the settings.
     """
-    window, ngram, guesses, temperature = _check_args(window, ngram, guesses, temperature)
+    sampling = Sampling.of(temperature)
+    window, ngram, guesses, _ = _check_args(window, ngram, guesses, sampling.temperature)
     max_nodes = (window + guesses) * (ngram - 1)
-    max_new_tokens = check_budget(target, prompt_tokens, max_new_tokens, extra=max_nodes + 1)
-    sampling = Sampling(temperature)
+    # the last round starts with at most prompt + max_new_tokens - 1 tokens committed, the cache
+    # holding all but one, and scores its root and up to max_nodes nodes (as a chain of k: k - 1)
+    max_new_tokens = check_budget(target, prompt_tokens, max_new_tokens, extra=max_nodes - 1)
     rng = check_sampling_rng(sampling, rng)
     drafter = LookaheadDrafter(window, ngram, guesses, np.random.default_rng(seed).choice(list(prompt_tokens), window))
     out, stats = run_rounds(target, drafter, None, prompt_tokens, max_new_tokens, sampling, rng, "tree",

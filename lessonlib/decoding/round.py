@@ -4,15 +4,19 @@ Vocabulary (``stats`` has the measured quantities):
 
 * the **committed sequence** ``seq``: prompt + emitted tokens. The target's KV cache holds all of
   it but the last token, the **root**, which the next forward feeds first.
+* **sampling** (``Sampling``): temperature, top-k, top-p and min-p, applied by one function
+  (``core.sampling.process``) to the target's rows (p) and the draft's (q) alike.
 * a **proposal** (``Proposal``): N draft nodes as a tree in ``core.tree``'s arrays -- ``parents``
   (node -1 is the root) and ``tokens`` -- and ``q``, the draft distributions the nodes were
-  *sampled* from (a chain sampled by a draft model), or None for **deterministic candidates**
-  (a drafting rule's top-k tree, prompt lookup, lookahead, a greedy head), whose q is one-hot.
+  *sampled* from (a chain sampled by a draft model or a head, a sampled tree of
+  ``core.tree_sampled``, drawn with or without replacement), or None for **deterministic
+  candidates** (a drafting rule's top-k tree, prompt lookup, lookahead), whose q is one-hot.
 * **verify**: ONE target forward over [root] + the N nodes, with the tree attention mask and
   positions ``len(seq) - 1 + depth`` (a chain needs no mask: its tree mask is the causal one).
 * **accept**: at T <= 1e-5 the greedy rule (the longest branch that equals the target's
   argmax); with q rows the chain rule min(1, p/q) with the residual norm(max(p - q, 0))
-  (``core.chain.verify_chain``); without q the sibling rule for deterministic candidates
+  (``core.chain.verify_chain``); a sampled tree the recursive rejection rule of its draws
+  (``core.tree_sampled.verify_tree_sampled``); without q the sibling rule for deterministic candidates
   (``core.tree.verify_tree``: accept a child with probability p(child), else zero it and
   renormalise). Each keeps the output distributed exactly as the target's own sampling.
 * **commit**: the target cache keeps the root and the accepted nodes' keys/values in order
@@ -37,7 +41,8 @@ import torch
 
 from lessonlib.core import tree
 from lessonlib.core.chain import verify_chain, verify_greedy
-from lessonlib.core.sampling import GREEDY_TEMPERATURE, softmax
+from lessonlib.core.sampling import GREEDY_TEMPERATURE, check_truncation, process
+from lessonlib.core.tree_sampled import verify_tree_sampled
 from lessonlib.core.validate import SAMPLING_RNG, check_int, check_rng, check_temperature, check_token_ids
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
@@ -54,15 +59,30 @@ Features: TypeAlias = "bool | tuple[int, ...]"
 
 @dataclass(frozen=True)
 class Sampling:
-    """How a loop samples: the target's temperature and the draft's (None: the target's)."""
+    """How a loop samples: the target's temperature and the draft's (None: the target's), and
+    the truncation both go through (None: off). Every loop takes a ``Sampling`` wherever it
+    takes a temperature."""
 
     temperature: float = 0.0  # <= 1e-5 means greedy (argmax)
     draft_temperature: float | None = None  # a draft model's own sampling temperature
+    top_k: int | None = None  # keep the k most likely tokens
+    top_p: float | None = None  # keep the nucleus of this mass, in (0, 1]
+    min_p: float | None = None  # drop tokens below min_p * the largest probability, in [0, 1)
 
     def __post_init__(self) -> None:
         check_temperature(self.temperature)  # a negative T raises, it is not greedy
         if self.draft_temperature is not None:
             check_temperature(self.draft_temperature, "draft_temperature")
+        check_truncation(self.top_k, self.top_p, self.min_p)
+
+    @classmethod
+    def of(cls, temperature: float | Sampling, draft_temperature: float | None = None) -> Sampling:
+        """A loop's ``temperature`` argument as a ``Sampling``: a number, or a ``Sampling`` as is."""
+        if isinstance(temperature, Sampling):
+            if draft_temperature is not None:
+                raise ValueError("draft_temperature must be None when temperature is a Sampling (set it there)")
+            return temperature
+        return cls(temperature, draft_temperature)
 
     @property
     def greedy(self) -> bool:
@@ -73,9 +93,13 @@ class Sampling:
         return self.temperature if self.draft_temperature is None else self.draft_temperature
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
-        """softmax(logits / T) row by row: the target distribution the rules judge with
-        (logits (N + 1, V) -> probabilities (N + 1, V) float64)."""
-        return softmax(logits, self.temperature)
+        """The target distribution the rules judge with, row by row: softmax(logits / T), then
+        the truncation (logits (N + 1, V) -> probabilities (N + 1, V) float64)."""
+        return process(logits, self.temperature, self.top_k, self.top_p, self.min_p)
+
+    def draft_probs(self, logits: np.ndarray) -> np.ndarray:
+        """The draft's q the same way, at the draft temperature ((M, V) logits or log-probs)."""
+        return process(logits, self.draft_t, self.top_k, self.top_p, self.min_p)
 
 
 def check_sampling_rng(sampling: Sampling, rng: object) -> np.random.Generator | None:
@@ -92,6 +116,7 @@ class Proposal:
     parents: np.ndarray  # (N,) int64: each node's parent, -1 for the root (the last committed token)
     tokens: np.ndarray  # (N,) int64: each node's token
     q: np.ndarray | None = None  # (N, V) float64: the law each node was sampled from; None: deterministic
+    replacement: bool = True  # a sampled tree's siblings: i.i.d. draws (True) or without replacement
 
     @classmethod
     def chain(cls, tokens: Ids, q: np.ndarray | None = None) -> Proposal:
@@ -192,13 +217,15 @@ def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,
             return list(range(len(emitted) - 1)), emitted
         path, emitted = tree.verify_tree_greedy(proposal.parents, proposal.tokens, logits.argmax(-1))
         return list(path), list(emitted)
-    if proposal.q is not None:  # sampled drafts: the chain rule with the q they came from
-        if not proposal.is_chain:
-            raise ValueError("a proposal with q rows must be a chain (sampled trees are verified by their own rule)")
-        # rows straight from softmax are valid, so the rule skips its input checks
-        emitted = verify_chain(sampling.probs(logits), proposal.q, proposal.tokens, cast(np.random.Generator, rng),
-                               validate=False)
-        return list(range(len(emitted) - 1)), emitted
+    if proposal.q is not None:  # sampled drafts: the rule of the q they came from
+        # rows straight from softmax are valid, so the rules skip their input checks
+        if proposal.is_chain:
+            emitted = verify_chain(sampling.probs(logits), proposal.q, proposal.tokens,
+                                   cast(np.random.Generator, rng), validate=False)
+            return list(range(len(emitted) - 1)), emitted
+        path, emitted = verify_tree_sampled(proposal.parents, proposal.tokens, sampling.probs(logits), proposal.q,
+                                            cast(np.random.Generator, rng), proposal.replacement, validate=False)
+        return list(path), list(emitted)
     path, emitted = tree.verify_tree(proposal.parents, proposal.tokens, sampling.probs(logits),
                                      cast(np.random.Generator, rng))  # verify_tree checks it
     return list(path), list(emitted)
@@ -208,6 +235,18 @@ def features_wanted(drafter: Drafter) -> bool | tuple[int, ...]:
     """What the target's forward returns for ``drafter``: False (no features), True (the top
     block's output) or its ``feature_layers`` (EAGLE-3's fused blocks)."""
     return (drafter.feature_layers or True) if drafter.needs_features else False
+
+
+def fit_to_room(proposal: Proposal, room: int) -> Proposal:
+    """The proposal cut to its first ``room`` nodes (>= 0), so that [root] + nodes fit the
+    context left: near the end of the context a round verifies what fits instead of failing.
+    Parents precede children, so a prefix is a tree; for sampled nodes the cut follows index
+    (draw) order, a stopping rule that reads no drawn value, so every rule stays exact."""
+    n = len(proposal.parents)
+    if n <= room:
+        return proposal
+    q = None if proposal.q is None else proposal.q[:room]
+    return Proposal(proposal.parents[:room], proposal.tokens[:room], q, proposal.replacement)
 
 
 @torch.inference_mode()
@@ -222,6 +261,7 @@ def speculative_round(target: GPT, cache: KVCache, drafter: Drafter, rule: Rule 
     """
     proposal = drafter.propose(rule, sampling, rng, clock)  # 1. draft
     start = cache.length
+    proposal = fit_to_room(proposal, cache.capacity - start - 1)  # the root takes one position
     wants = features_wanted(drafter)
     logits, hidden = clock("verify", verify, target, cache, seq[-1], proposal, wants,  # 2. verify
                            drafter.vocab_size is not None)

@@ -40,19 +40,21 @@ DEFAULT_RULE = functools.partial(tree.draft_topk, branching=(3, 2, 2))
 
 @torch.inference_mode()
 def tree_generate(target: GPT, drafter: Drafter, prompt_tokens: Ids, max_new_tokens: int,
-                  rule: Rule | None = DEFAULT_RULE, temperature: float = 0.0,
+                  rule: Rule | None = DEFAULT_RULE, temperature: float | Sampling = 0.0,
                   rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
     """Tree speculative decoding. ``rule(expand) -> (parents, tokens, score)`` is a drafting
     rule of ``core.tree``, e.g. ``functools.partial(tree.draft_dynamic, depth=5, top_k=4,
-    total=24)``, or None for a drafter with a rule of its own (prompt lookup). Greedy at
-    T <= 1e-5 (output = the target's greedy output), else the exact sibling rule (output
-    distributed as the target's sampling at ``temperature``; ``rng``, a numpy Generator, is
-    then required).
+    total=24)`` (deterministic candidates, judged by the sibling rule at T > 0), a
+    ``core.tree_sampled.SampledRule`` (nodes drawn from the draft's q, judged by recursive
+    rejection), or None for a drafter with a rule of its own (prompt lookup). Greedy at
+    T <= 1e-5 (output = the target's greedy output), else exact (output distributed as the
+    target's sampling at ``temperature``, a number or a ``Sampling`` with top-k / top-p /
+    min-p; ``rng``, a numpy Generator, is then required).
 
     Returns (new_tokens, ``DecodeStats``): tau (tokens per target forward), acceptance by
     depth, mean nodes per tree, the draft/verify/overhead split, tokens per second.
     """
-    sampling = Sampling(temperature)
+    sampling = Sampling.of(temperature)
     max_new_tokens = check_budget(target, prompt_tokens, max_new_tokens)
     check_drafter(target, drafter, prompt_tokens)
     rng = check_sampling_rng(sampling, rng)

@@ -107,9 +107,12 @@ def test_accept_rules_and_their_refusal():
     assert round_.accept(Proposal.chain([1, 2]), logits, greedy, rng) == ([0], [1, 0])
     tree_ = Proposal(np.array([-1, -1]), np.array([2, 1]))  # two siblings: the second is the argmax
     assert round_.accept(tree_, logits, greedy, rng) == ([1], [1, 2])  # row 2 is after node 1
-    q = np.full((2, 2, 3), 1 / 3)[0]
-    with pytest.raises(ValueError, match="q rows must be a chain"):
-        round_.accept(Proposal(np.array([-1, -1]), np.array([0, 1]), q), logits, Sampling(1.0), rng)
+    # a sampled tree goes to the recursive rule: siblings drawn from q = p are accepted first time
+    q = np.exp(logits[[0, 0]])
+    for replacement in (True, False):
+        sampled = Proposal(np.array([-1, -1]), np.array([0, 1]), q, replacement)
+        path, emitted = round_.accept(sampled, logits, Sampling(1.0), rng)
+        assert path == [0] and emitted[0] == 0 and len(emitted) == 2
 
 
 @torch.inference_mode()  # the loops' mode: feed and the drafters run inside it
@@ -283,3 +286,28 @@ def test_a_plain_step_of_the_stream_commits_the_draft_too(pair):
         assert drafter.pending == stream.seq[drafter.cache.length :] and drafter.pending[-1] == stream.seq[-1]
     accepted, drafted = stream.speculate(3)
     assert drafted == 3 and stream.drafter.pending == stream.seq[stream.drafter.cache.length :]
+
+
+def test_rounds_shrink_their_draft_to_the_context_left():
+    """A 21-node tree, and prompt lookup's k = 10, on an exact fit (prompt + new tokens = the
+    context): the last rounds verify what fits instead of failing, greedy output = plain's,
+    and a sampled tree runs to the end too. Control: the cut is what makes it fit."""
+    target = context_gpt(0, block_size=40)
+    draft = noisy_copy(target, 1)
+    prompt = [int(t) for t in np.random.default_rng(0).integers(0, 16, 25)]
+    plain = decode.generate(target, prompt, 15)[0]
+    rule = functools.partial(tree.draft_topk, branching=(3, 2, 2))
+    assert tree_decode.tree_generate(target, ModelDrafter(draft), prompt, 15, rule)[0] == plain
+    looped = prompt[:5] * 5
+    assert prompt_lookup.lookup_generate(target, looped, 15, k=10)[0] == decode.generate(target, looped, 15)[0]
+    from lessonlib.core.tree_sampled import SampledRule
+    out, stats = tree_decode.tree_generate(target, ModelDrafter(draft), prompt, 15, SampledRule((3, 2, 2)), 1.0,
+                                           np.random.default_rng(0))
+    assert len(out) == 15 and stats.emitted >= 15
+    full = Proposal(np.arange(-1, 20), np.zeros(21, dtype=np.int64), np.full((21, 16), 1 / 16))
+    cut = round_.fit_to_room(full, 4)
+    assert len(cut.parents) == 4 and cut.q.shape == (4, 16) and round_.fit_to_room(full, 21) is full
+    with pytest.raises(ValueError, match="does not fit the context"):  # without the cut
+        cache = target.new_cache()
+        target(torch.tensor([prompt + plain[:-1]]), cache=cache)
+        round_.verify(target, cache, plain[-1], Proposal(np.full(3, -1), np.zeros(3, dtype=np.int64)))

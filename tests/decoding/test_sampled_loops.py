@@ -77,12 +77,12 @@ def _control(loop, temperature, monkeypatch):
     """Install the plausible wrong version of ``loop`` (see the module docstring)."""
     right = round_.verify_chain
     if loop == "plain":  # generate ignoring the temperature
-        monkeypatch.setattr(decode, "softmax", lambda z, t=1.0: softmax(z, 1.0))
+        monkeypatch.setattr(round_, "process", lambda z, t, *truncation: softmax(z, 1.0))
     elif loop == "chain":  # drafts sampled at T, but their q recorded at T = 1
         monkeypatch.setattr(round_, "verify_chain", lambda p, q, d, rng, validate=True:
                             right(p, _retempered(q, temperature), d, rng, validate))
     elif loop == "tree":  # sampled tree verification at T = 1
-        monkeypatch.setattr(round_, "softmax", lambda z, t=1.0: softmax(z, 1.0))
+        monkeypatch.setattr(round_, "process", lambda z, t, *truncation: softmax(z, 1.0))
     elif loop == "stream":  # the stream's target judged at the draft's temperature
         monkeypatch.setattr(round_, "verify_chain", lambda p, q, d, rng, validate=True:
                             right(_retempered(p, temperature / DRAFT_T), q, d, rng, validate))

@@ -21,7 +21,7 @@ from lessonlib import paths
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core import theory
 from lessonlib.bench import record
-from lessonlib.course.skill import draft_free, schema, sections, tables
+from lessonlib.course.skill import draft_free, kinds_gate, schema, sections, tables
 from lessonlib.course.skill.recommend import (MARGIN, breakeven_alpha_best_k, temperature_gate, verify_cost,
                                               worked_examples)
 from lessonlib.course.skill.tables import K_TABLE_MAX, TABLE_ALPHAS, TABLE_COSTS  # noqa: F401 (re-exported)
@@ -62,14 +62,16 @@ def _sources_and_decision(x):
     decision = {"c": x["c"], "c_measured": x["c_measured"], "examples": x["examples"], "gates": x["gates"],
                 "forward_cost": None if x["fc"] is None else [list(map(float, v)) for v in x["fc"]],
                 "margin": MARGIN, "temperatures": x["ts"], "alpha": {k: x["curves"][k] for k in x["kinds"]},
-                "breakeven_alpha_best_k": x["alpha_best"], "k_table_max": K_TABLE_MAX}
+                "breakeven_alpha_best_k": x["alpha_best"], "k_table_max": K_TABLE_MAX,
+                "kinds_at_t1": x["kinds_t1"]}
     return [
         "## Sources\n",
         "- Leviathan, Kalai, Matias 2023, Fast Inference from Transformers via Speculative Decoding (eq. 1, Thm 3.8, "
         "Cor 3.9, Table 4).",
         "- Xia et al. 2024, Spec-Bench. Zhou et al. 2024, DistillSpec. Li et al. 2025, EAGLE-3.",
         "- vLLM documentation, Speculative Decoding (draft_model, EAGLE, n-gram pages) and its spec-decode metrics.",
-        "- Course measurements: `solutions/05_high_temperature.ipynb` → `outputs/benchmarks/temperature.json`.\n",
+        "- Course measurements: `solutions/05_high_temperature.ipynb` → `outputs/benchmarks/temperature.json`; "
+        "the table of record (`python -m lessonlib.bench tree` and `sampled`).\n",
         "<!-- decision (machine-readable, checked by tests/course/test_skill.py) -->",
         "```json",
         json.dumps(_finite(decision), sort_keys=True, default=jsonable, allow_nan=False),
@@ -80,7 +82,8 @@ def _sources_and_decision(x):
 def build_skill(m, record_rows=()):
     """Render the skill file (Markdown) from measurements (validated first: ValueError names a bad field)
     and the table of record's rows (``bench.record.load()``), for the draft-free methods."""
-    x = _context(m) | {"draft_free": draft_free.lines(record_rows), "lookup_k": draft_free.lookup_k(record_rows)}
+    x = _context(m) | {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
+                       "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows)}
     parts = sections.SECTIONS + tables.SECTIONS + (_sources_and_decision,)
     return "\n".join(line for section in parts for line in section(x)) + "\n"
 
