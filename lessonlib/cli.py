@@ -116,8 +116,9 @@ def env_int(name: str, minimum: int, default: int) -> int:
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
         prog: str | None = None) -> int:
-    """Run a command's ``main(argv)``: a ValueError or FileNotFoundError
-    becomes one line on stderr and exit code 2 (``--debug`` anywhere in argv re-raises it)."""
+    """Run a command's ``main(argv)``: a ValueError or an OSError (a missing file, a folder where
+    a file was expected, no permission) becomes one line on stderr and exit code 2 (``--debug``
+    anywhere in argv re-raises it)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -125,7 +126,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     _PROG.append(name)
     try:
         return main(args) or 0
-    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+    except (ValueError, OSError) as err:
         if debug:
             raise
         print(f"{name}: error: {err}", file=sys.stderr)

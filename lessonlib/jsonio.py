@@ -26,6 +26,8 @@ def write_atomic(path, data: str | bytes, encoding: str = "utf-8") -> pathlib.Pa
     """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never half
     of one: a temporary file in the same folder, flushed, then ``os.replace``. Returns the path."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder: give the name of the file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

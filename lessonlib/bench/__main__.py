@@ -21,7 +21,9 @@ def main(argv=None) -> int:
         print(__doc__.strip() + "\ncommands: " + ", ".join(COMMANDS), file=sys.stderr)
         return 2
     name = argv[0]
-    return cli.run(importlib.import_module(COMMANDS[name]).main, argv[1:], prog=f"python -m lessonlib.bench {name}")
+    # imported inside cli.run: a bad LESSONLIB_THREADS or LESSONLIB_BACKEND, read at import, is one line too
+    return cli.run(lambda args: importlib.import_module(COMMANDS[name]).main(args), argv[1:],
+                   prog=f"python -m lessonlib.bench {name}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ CASES = {
     "skill --temperature inf": (skill.main, ["--alpha", "0.5", "--temperature", "inf"], {}, "--temperature"),
     "skill --temperature without --alpha": (skill.main, ["--temperature", "2"], {}, "--alpha"),
     "skill --measurements missing": (skill.main, ["--measurements", "/nonexistent/t.json"], {}, "t.json"),
+    "skill --out a folder": (skill.main, ["--out", "/"], {}, "--out"),
+    "skill --out with --alpha": (skill.main, ["--alpha", "0.5", "--out", "x.md"], {}, "--out"),
     "translate check --root missing": (translate.main, ["check", "--root", "/nonexistent"], {}, "--root"),
     "translate check 99_nope": (translate.main, ["check", "99_nope"], {}, "99_nope"),
     "translate build with names": (translate.main, ["build", "01_exact_rule"], {}, "build"),

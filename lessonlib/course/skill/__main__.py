@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 
 from lessonlib import cli
@@ -26,6 +27,10 @@ def main(argv=None):
     if args.alpha is None and argv is not None and any(a.split("=")[0] in ("--c", "--temperature", "--concurrency")
                                                        for a in argv):
         parser.error("--c, --temperature and --concurrency need --alpha (they describe your own workload)")
+    if args.alpha is not None and (args.out or args.measurements):
+        parser.error("--out and --measurements regenerate the skill file; --alpha prints one decision instead")
+    if args.out and pathlib.Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a folder: give the skill file's name")
     if args.alpha is not None:
         decision = recommend(args.alpha, args.c, args.temperature, args.concurrency)
         print(json.dumps(decision, indent=2, default=jsonable))
