@@ -6,7 +6,7 @@ so a ``fallback`` policy can switch between them at any step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,8 +26,9 @@ class ModelStream:
     plain step with ``drafters.NoDraft`` (an empty proposal: the one-token forward, then the
     target's own sampling). The target's cache holds the committed sequence except its last
     token and the draft's a prefix of it, as in ``decode``, so plain steps and rounds can
-    interleave and the policy can switch at any step. ``temperature`` is a number or a function
-    of the output position (a stream whose temperature changes); ``draft_temperature``
+    interleave and the policy can switch at any step. ``temperature`` is a number, a function
+    of the output position (a stream whose temperature changes), or a ``round.Sampling`` (its top-k /
+    top-p / min-p then apply to target and draft at every step); ``draft_temperature``
     (default: the target's) sets the draft's own sampling temperature: 0 gives a deterministic
     greedy draft, whose q is one-hot, so the exact rule accepts its token x with probability
     p_T(x). ``rng``: a numpy Generator, needed unless every temperature is greedy. A prompt
@@ -39,10 +40,16 @@ class ModelStream:
     that prompt (its prefill is counted).
     """
 
-    def __init__(self, target: GPT, draft: GPT, prompt_tokens: Ids, k: int, temperature: float | Callable[[int], float],
+    def __init__(self, target: GPT, draft: GPT, prompt_tokens: Ids, k: int,
+                 temperature: float | Callable[[int], float] | Sampling,
                  draft_temperature: float | None = None, rng: np.random.Generator | None = None,
                  requests: Iterable[tuple[int, Ids]] = ()) -> None:
         k = check_k(k)
+        self.truncation: dict[str, Any] = {}  # top-k / top-p / min-p of a Sampling, applied at every temperature
+        if isinstance(temperature, Sampling):
+            base = Sampling.of(temperature, draft_temperature)
+            temperature, draft_temperature = base.temperature, base.draft_temperature
+            self.truncation = {"top_k": base.top_k, "top_p": base.top_p, "min_p": base.min_p}
         if target.config.vocab_size != draft.config.vocab_size:
             raise ValueError("target and draft must share a vocabulary")
         if len(prompt_tokens) < 1:
@@ -53,7 +60,8 @@ class ModelStream:
         self.temperature: Callable[[int], float] = (temperature if callable(temperature)
                                                     else (lambda position: temperature))
         self.draft_temperature = draft_temperature
-        self.rng = rng if callable(temperature) else check_sampling_rng(Sampling(temperature, draft_temperature), rng)
+        self.rng = rng if callable(temperature) else check_sampling_rng(Sampling(temperature, draft_temperature),
+                                                                        rng)
         self.block = min(target.config.block_size, draft.config.block_size)
         if self.k > self.block - 2:
             raise ValueError(f"k must be <= {self.block - 2} (a round of k + 1 tokens after a prompt token "
@@ -99,7 +107,7 @@ class ModelStream:
 
     def _sampling(self, position: int) -> Sampling:
         """This position's sampling; a temperature that changes is checked, with the rng, at every step."""
-        sampling = Sampling(self.temperature(position), self.draft_temperature)
+        sampling = Sampling(self.temperature(position), self.draft_temperature, **self.truncation)
         check_sampling_rng(sampling, self.rng)
         return sampling
 

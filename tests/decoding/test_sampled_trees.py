@@ -116,3 +116,30 @@ def test_sampling_refuses_bad_truncation():
             Sampling(1.0, **kwargs)
     with pytest.raises(ValueError, match="draft_temperature"):
         Sampling.of(Sampling(1.0), 0.5)
+
+
+def test_the_fallback_stream_samples_the_processed_law():
+    """The stream (plain steps and rounds interleaved) with a Sampling's truncation; control: the
+    same tokens judged against the untruncated law."""
+    from lessonlib.decoding import fallback
+    from loop_support import Cycle
+
+    sampling, rng, runs = SETTINGS[0.7], np.random.default_rng(4), []
+    for p in PROMPTS:
+        stream = fallback.ModelStream(TARGET, DRAFT, p, 3, sampling, rng=rng)
+        fallback.drive(Cycle(["speculate", "speculate", "plain"]), stream.speculate, stream.plain, 250)
+        runs.append((p, stream.new_tokens[:250]))
+    assert context_p_value(TARGET.logits, runs, sampling) > LEVEL
+    assert context_p_value(TARGET.logits, runs, sampling.temperature) < LEVEL
+
+
+def test_the_reference_loops_sample_the_processed_law():
+    """The numpy reference loops take a Sampling too (read by its attributes)."""
+    from lessonlib.decoding import reference
+
+    sampling, rng = SETTINGS[1.7], np.random.default_rng(5)
+    auto = [(p, reference.autoregressive_decode(TARGET, p, 200, sampling, rng)) for p in PROMPTS]
+    spec = [(p, reference.speculative_decode(TARGET, DRAFT, p, 3, sampling, 200, rng)[0]) for p in PROMPTS]
+    for runs in (auto, spec):
+        assert context_p_value(TARGET.logits, runs, sampling) > LEVEL
+        assert context_p_value(TARGET.logits, runs, sampling.temperature) < LEVEL
