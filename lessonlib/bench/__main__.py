@@ -12,7 +12,8 @@ COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", 
             "sampled": "lessonlib.bench.sampled", "calibration": "lessonlib.bench.calibration",
             "profile": "lessonlib.bench.profile", "record": "lessonlib.bench.record",
             "load": "lessonlib.bench.load", "shapes": "lessonlib.bench.shapes", "gpu": "lessonlib.bench.gpu",
-            "peers": "lessonlib.bench.peers"}  # needs requirements-peers.txt
+            "peers": "lessonlib.bench.peers",  # needs requirements-peers.txt
+            "bandwidth": "lessonlib.bench.bandwidth"}
 
 
 def main(argv=None) -> int:

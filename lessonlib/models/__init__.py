@@ -11,6 +11,7 @@ from lessonlib import threads as _threads
 from lessonlib.models.checkpoints import (CHECKPOINTS, STORED_DTYPE, default_device, load, load_state,  # noqa: F401
                                           read_meta, round_trip, save, scaled_name)
 from lessonlib.models.gpt import GPT, Block, GPTConfig, KVCache, config_dict, prefix_mask  # noqa: F401
+from lessonlib.models.fast import FastGPT  # noqa: F401
 from lessonlib.models.packing import PackedLinear, can_pack, pack_linears  # noqa: F401
 
 _threads.apply()

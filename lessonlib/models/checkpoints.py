@@ -12,6 +12,7 @@ import torch.nn as nn
 from lessonlib import paths
 from lessonlib.jsonio import write_atomic
 from lessonlib.core import backend
+from lessonlib.models.fast import FastGPT
 from lessonlib.models.gpt import GPT, GPTConfig
 from lessonlib.models.packing import can_pack, pack_linears
 
@@ -155,13 +156,21 @@ def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     return state
 
 
-def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False) -> GPT:
+def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False,
+         fast: bool | None = None) -> GPT:
     """A shipped model ready to use, in eval mode, on ``device`` (default: CUDA if present).
 
-    ``pack=True`` packs its weights for fast CPU decoding (``GPT.pack_for_cpu``; inference only)
-    when it runs on a CPU with oneDNN; on a GPU there is nothing to pack and it is left as is.
+    ``pack=True`` prepares it for decoding, inference only: its weights are packed for oneDNN
+    (``GPT.pack_for_cpu``) when it runs on a CPU with oneDNN, and it comes as a
+    ``fast.FastGPT``, the same model with the fast decode path (``fast`` defaults to ``pack``;
+    ``pack=True, fast=False`` gives the readable packed ``GPT``). Without ``pack`` the weights
+    stay trainable, so ``fast=True`` needs ``pack=True``.
     """
-    model = GPT(config_from_meta(read_meta(name, directory), name))
+    fast = pack if fast is None else fast
+    if not isinstance(fast, bool) or fast and not pack:
+        raise ValueError(f"fast must be a boolean, True only with pack=True (the fast path is "
+                         f"inference only), got pack={pack!r}, fast={fast!r}")
+    model = (FastGPT if fast else GPT)(config_from_meta(read_meta(name, directory), name))
     try:
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:
@@ -169,7 +178,8 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
                          f"rebuild it with: {rebuild_command(name)}") from err
     model = to_device(model, device or default_device())
     model.checkpoint_name = name  # heads and MTP modules check that they were trained for it (check_beside)
-    return model.pack_for_cpu() if pack and can_pack(model) else model
+    model = model.pack_for_cpu() if pack and can_pack(model) else model
+    return model.prepare() if isinstance(model, FastGPT) else model
 
 
 def to_device(model: nn.Module, device) -> nn.Module:

@@ -1,0 +1,152 @@
+"""The fast decode path: the same GPT (``models.gpt``, the readable teaching model), the same
+weights, a forward written for what decoding does -- one sequence, new tokens after a KV cache.
+
+Why a second forward: on a CPU the shipped target's one-token step is limited neither by
+arithmetic (7.75 M multiply-adds) nor by memory traffic (31 MB of float32 weights read once),
+but by the fixed cost of each operator call, times 24 blocks. ``FastGPT.forward`` on a batch-1
+cached call computes the same numbers with cheaper calls:
+
+* every matrix product is one ``torch.addmm`` (bias included) on a weight stored transposed,
+  (in, out) contiguous, over 2-D (T, C) activations: a T-row product then reaches MKL's
+  kernel directly. ``nn.Linear`` on 3-D input reshapes and transposes on every call, and the
+  oneDNN-packed linears of ``GPT.pack_for_cpu`` pay about 15-20 us of fixed cost per call on
+  this machine, several times a 160-wide product (``MEASURED``);
+* the weights of every block are gathered once into a flat tuple (``prepare``), so the loop
+  touches no ``nn.Module`` (each module call costs hooks and attribute look-ups);
+* the new keys/values are written into the cache with one in-place copy, and attention reads
+  the cache slices directly; the residual adds are in place;
+* no per-call validation inside the loop: token ids and positions are checked by the
+  embedding look-ups themselves (a CPU ``F.embedding`` raises on an index out of range, which
+  becomes the readable model's ``ValueError``), the cache bounds by two integer compares.
+
+Anything else (a batch, no cache, training) runs the readable ``GPT.forward``. The LM head
+(``lm_head``, which the EAGLE, Medusa and MTP drafters call on every draft step) is one
+``matmul`` on the transposed embedding as well. ``models.load(name, pack=True)`` returns a
+``FastGPT`` (``fast=False`` the readable packed ``GPT``); ``FastGPT.from_gpt(model)`` converts
+a model in memory. ``python -m lessonlib.bench bandwidth`` measures both paths.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lessonlib.models.gpt import GPT, KVCache, prefix_mask
+
+# One block's weights, in the order ``_block`` reads them: ln_1 (w, b), qkv (W.T, b),
+# proj (W.T, b), ln_2 (w, b), fc (W.T, b), fc_out (W.T, b); each W.T (in, out) contiguous
+Layer = tuple[torch.Tensor, ...]
+
+# Measured on the course's 2-core CPU (shared with other jobs; CPU time of the one torch thread,
+# fastest of 2000 calls, weights warm): one 480 x 160 product over 1 / 6 / 16 rows took
+# 11.1 / 21.4 / 31.5 us as nn.Linear (F.linear), 26.9 / 32.3 / - us packed for oneDNN and
+# 6.6 / 9.5 / 18.4 us as addmm on the transposed weight; LayerNorm 3.7 us, an add 1.2 us, a
+# view 2 us, attention over 100 cached positions 12 us. The whole step: bench bandwidth.
+MEASURED = {"addmm_480x160_us": (6.6, 9.5, 18.4), "linear_480x160_us": (11.1, 21.4, 31.5),
+            "onednn_480x160_us": (26.9, 32.3, None)}
+
+
+class FastGPT(GPT):
+    """A ``GPT`` whose batch-1 cached forward is the fast path (module docstring); same
+    parameters, same state dict, the same logits within float32 rounding (``tests/models/test_fast.py``)."""
+
+    fast_layers: list[Layer] | None = None  # set by ``prepare``; None: prepared on the next fast call
+
+    @classmethod
+    def from_gpt(cls, model: GPT) -> "FastGPT":
+        """A ``FastGPT`` holding a copy of ``model``'s weights, on its device and dtype, packed
+        when ``model`` is."""
+        fast = cls(model.config).to(device=model.device, dtype=model.wte.weight.dtype)
+        # a packed model's state also names the tied head's weight (packed_head.weight), not a parameter of its own
+        fast.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("packed_head.")})
+        if hasattr(model, "checkpoint_name"):
+            fast.checkpoint_name = model.checkpoint_name
+        fast.eval().requires_grad_(False)
+        return (fast.pack_for_cpu() if model.packed else fast).prepare()
+
+    @torch.no_grad()
+    def prepare(self) -> "FastGPT":
+        """Gather every block's weights for the fast forward, the matrices transposed once
+        (a copy: 4 bytes a weight more). Inference only: the weights stop taking gradients."""
+        self.requires_grad_(False)
+
+        def t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
+            return linear.weight.detach().t().contiguous()
+
+        self.fast_layers = [(b.ln_1.weight, b.ln_1.bias, t(b.qkv), b.qkv.bias, t(b.proj), b.proj.bias,
+                             b.ln_2.weight, b.ln_2.bias, t(b.fc), b.fc.bias, t(b.fc_out), b.fc_out.bias)
+                            for b in self.blocks]
+        self.head_t = self.wte.weight.detach().t().contiguous()  # (C, V): the tied LM head
+        self.check_ids = self.device.type != "cpu"  # a CUDA embedding does not raise on a bad id
+        return self
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .double(), .cuda(): the gathered copies go stale
+        self.fast_layers = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (..., V) from final hidden states (..., C), as ``GPT.lm_head``."""
+        if self.fast_layers is None or torch.is_grad_enabled() and hidden.requires_grad:
+            return super().lm_head(hidden)
+        return F.layer_norm(hidden, self.ln_f.normalized_shape, self.ln_f.weight, self.ln_f.bias) @ self.head_t
+
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                cache: KVCache | None = None,
+                return_hidden: bool | tuple[int, ...] = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """As ``GPT.forward``; a batch-1 call with a cache takes the fast path."""
+        if cache is None or idx.ndim != 2 or idx.shape[0] != 1 or self.training:
+            return super().forward(idx, positions, mask, cache, return_hidden)
+        if self.fast_layers is None:
+            self.prepare()
+        T, start = idx.shape[1], cache.length
+        if T < 1 or start + T > cache.capacity:
+            raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch 1, {start}+{T}")
+        if positions is not None and len(positions) != T:
+            raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
+        x = self._embed(idx[0], positions, start)  # (T, C)
+        if mask is None and (start == 0 or T == 1):
+            attn = None  # causal over a fresh prefill, or one new token that sees everything
+        else:
+            attn = prefix_mask(mask, start, T, idx.device, x.dtype)  # (T, start + T) additive
+        layers = return_hidden if isinstance(return_hidden, tuple) else ()
+        kept: list[torch.Tensor] = []
+        for i, layer in enumerate(self.fast_layers):  # type: ignore[arg-type]
+            x = self._block(x, layer, cache.kv[i], start, attn)
+            if i in layers:
+                kept.append(x)
+        cache.length = start + T
+        logits = self.lm_head(x)[None]  # (1, T, V)
+        if layers:
+            return logits, torch.cat(kept, -1)[None]
+        return (logits, x[None]) if return_hidden else logits
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor | None, start: int) -> torch.Tensor:
+        """Token + position embeddings (T, C) of ``ids`` (T,). The look-ups are the checks: an
+        id or position out of range makes a CPU embedding raise, turned into a ValueError."""
+        if self.check_ids:
+            self.check_tokens(ids, "idx")
+        try:
+            tok = F.embedding(ids, self.wte.weight)
+            if positions is None:
+                return tok + self.wpe.weight[start : start + len(ids)]
+            return tok + F.embedding(positions, self.wpe.weight)
+        except (IndexError, RuntimeError):
+            self.check_tokens(ids, "idx")  # raises the ValueError that names the bad id
+            raise ValueError(f"positions must hold {len(ids)} position ids in "
+                             f"[0, block_size={self.config.block_size})") from None
+
+    def _block(self, x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int,
+               attn: torch.Tensor | None) -> torch.Tensor:
+        """One block over x (T, C) after ``start`` cached positions of this layer's ``kv``
+        (2, H, block_size, D), which gets the new keys/values in place; ``attn`` as in forward."""
+        ln1_w, ln1_b, qkv_t, qkv_b, proj_t, proj_b, ln2_w, ln2_b, fc_t, fc_b, out_t, out_b = layer
+        T, C = x.shape
+        H, end = self.config.n_head, start + T
+        qkv = torch.addmm(qkv_b, F.layer_norm(x, (C,), ln1_w, ln1_b), qkv_t)  # (T, 3C)
+        qkv = qkv.view(T, 3, H, C // H).permute(1, 2, 0, 3)  # (3, H, T, D)
+        kv[:, :, start:end] = qkv[1:]  # the new keys and values: one in-place copy
+        # (1, H, T, D) queries over the (1, H, end, D) cached keys/values
+        y = F.scaled_dot_product_attention(qkv[0:1], kv[0:1, :, :end], kv[1:2, :, :end], attn_mask=attn,
+                                           is_causal=attn is None and T > 1)
+        x = torch.addmm(proj_b, y[0].transpose(0, 1).reshape(T, C), proj_t).add_(x)  # x + proj(y)
+        h = F.gelu(torch.addmm(fc_b, F.layer_norm(x, (C,), ln2_w, ln2_b), fc_t), approximate="tanh")  # (T, 4C)
+        return torch.addmm(out_b, h, out_t).add_(x)  # x + fc_out(h)
