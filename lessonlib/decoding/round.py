@@ -164,8 +164,19 @@ def feed(model: GPT, cache: KVCache, tokens: Ids, rows: int | None = None,
     hidden: Any  # (1, T, C) torch or None
     logits, hidden = out if return_hidden else (out, None)
     logits = logits[0] if rows is None else logits[0, -rows:]
-    logits = logits.double().cpu().numpy()
+    logits = check_finite_logits(logits.double().cpu().numpy())
     return (logits, hidden[0]) if return_hidden else logits
+
+
+def check_finite_logits(logits: np.ndarray) -> np.ndarray:
+    """``logits`` ((n, V) float64), refused if they hold NaN or inf: a model with non-finite
+    weights or activations would otherwise decode token 0 forever (argmax of NaN). One
+    reduction per forward, a few microseconds."""
+    if not np.isfinite(logits.sum()):  # a NaN or an inf anywhere makes the sum non-finite
+        if not np.isfinite(logits).all():
+            raise ValueError("the model's logits hold NaN or inf (non-finite weights or inputs); "
+                             "models.load refuses such checkpoints -- rebuild or reload the model")
+    return logits
 
 
 def tree_forward(target: GPT, cache: KVCache, root: int, parents: Ids, tokens: Ids,
@@ -204,7 +215,7 @@ def verify(target: GPT, cache: KVCache, root: int, proposal: Proposal,
         out: Any = feed(target, cache, [root, *proposal.tokens.tolist()], return_hidden=features)
         return out if features else (out, None)
     logits, hidden = tree_forward(target, cache, root, proposal.parents, proposal.tokens, features)
-    return logits.double().cpu().numpy(), hidden
+    return check_finite_logits(logits.double().cpu().numpy()), hidden
 
 
 def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,

@@ -311,3 +311,26 @@ def test_rounds_shrink_their_draft_to_the_context_left():
         cache = target.new_cache()
         target(torch.tensor([prompt + plain[:-1]]), cache=cache)
         round_.verify(target, cache, plain[-1], Proposal(np.full(3, -1), np.zeros(3, dtype=np.int64)))
+
+
+def test_non_finite_weights_and_a_head_for_another_width_are_refused():
+    """A NaN in the weights would decode token 0 forever (argmax of NaN): every loop refuses it at
+    the first forward; a head built for another width is refused by its drafter, naming both."""
+    from lessonlib.models.gpt import GPTConfig
+    from lessonlib.models.heads import EagleHead, MedusaHeads
+    from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
+
+    target = context_gpt(0, block_size=40)
+    broken = noisy_copy(target, 1)
+    with torch.no_grad():
+        broken.blocks[0].fc.weight[0, 0] = float("nan")
+    for run in (lambda m: decode.generate(m, [1, 2, 3], 4),
+                lambda m: decode.speculative_generate(target, m, [1, 2, 3], 2, 4),
+                lambda m: tree_decode.tree_generate(m, ModelDrafter(target), [1, 2, 3], 4)):
+        run(target)  # the control: the same call on finite weights
+        with pytest.raises(ValueError, match="NaN or inf"):
+            run(broken)
+    other = GPTConfig(vocab_size=16, block_size=40, n_layer=1, n_head=2, n_embd=48)
+    for make in (lambda: EagleDrafter(EagleHead(other), target), lambda: MedusaDrafter(MedusaHeads(other, 2), target)):
+        with pytest.raises(ValueError, match="width 48.*width 32"):
+            make()

@@ -194,11 +194,16 @@ def test_sampled_tree_decoding_matches_target_distribution():
     assert chi_square(counts, q / q.sum())[1] < 1e-3
 
 
-def test_tree_too_large_for_context_raises():
+def test_a_tree_larger_than_the_context_left_is_cut_and_a_budget_past_it_raises():
+    """Near the end of the context a round verifies the nodes that fit (``round.fit_to_room``),
+    so the output is still plain greedy decoding's; asking for more tokens than fit raises."""
     target = tiny(2)
+    prompt, rule = [i % 64 for i in range(80)], functools.partial(tree.draft_topk, branching=(4, 4))
+    room = target.config.block_size - len(prompt)
+    assert tree_generate(target, ModelDrafter(target), prompt, room, rule=rule)[0] == \
+        decode.generate(target, prompt, room)[0]
     with pytest.raises(ValueError, match="fit"):
-        tree_generate(target, ModelDrafter(target), [i % 64 for i in range(80)], 10,
-                      rule=functools.partial(tree.draft_topk, branching=(4, 4)))
+        tree_generate(target, ModelDrafter(target), prompt, room + 1, rule=rule)
 
 
 @torch.inference_mode()
