@@ -7,7 +7,8 @@ of the target's weights, and over a 256 MB one that no cache holds), prints the 
 (the target's weight bytes / bandwidth: a one-token step cannot be faster than reading every
 weight once) beside the measured one-token step and 6- and 16-token verify passes after 128
 cached tokens, for the readable packed GPT and the fast path (``models.fast``), the two
-models taking turns. Then plain and chain (draft-kl, K = 4) greedy decoding with each, all
+models taking turns. Then plain and chain (draft-kl, K = 4; the readable unpacked draft beside
+the readable target, the fast one beside the fast target) greedy decoding with each, all
 four interleaved on held-out code prompts; the fast path's tokens must equal the readable
 model's. Writes bandwidth.{json,md}.
 """
@@ -49,12 +50,14 @@ def step_times(models: dict, rounds: int = 3) -> dict:
     return best
 
 
-def decode_rates(models: dict, draft, prompt_list, new_tokens: int, repeats: int) -> dict:
-    """Plain and chain (K = 4) tokens/s of each model on each prompt, all interleaved."""
+def decode_rates(models: dict, drafts: dict, prompt_list, new_tokens: int, repeats: int) -> dict:
+    """Plain and chain (K = 4, the draft of the same path) tokens/s of each model on each
+    prompt, all interleaved."""
     runs = {}
     for name, model in models.items():
         runs[f"{name} plain"] = lambda i, m=model: generate(m, prompt_list[i], new_tokens)
-        runs[f"{name} chain K=4"] = lambda i, m=model: speculative_generate(m, draft, prompt_list[i], 4, new_tokens)
+        runs[f"{name} chain K=4"] = lambda i, m=model, d=drafts[name]: speculative_generate(
+            m, d, prompt_list[i], 4, new_tokens)
     best = interleaved(runs, len(prompt_list), repeats)
     reference = [tokens for tokens, _ in best["readable plain"]]
     for name, results in best.items():
@@ -74,7 +77,8 @@ def main(argv=None) -> int:
         - models["fast"].wpe.weight.numel() * 4 + models["fast"].config.n_embd * 4  # one position row read
     bandwidth = {"weights-sized buffer": read_bandwidth(weight_bytes), "256 MB buffer": read_bandwidth(256 << 20)}
     steps = step_times(models)
-    rates = decode_rates(models, load("draft-kl", "cpu"), prompts("code", args.prompts, args.prompt_len),
+    drafts = {"readable": load("draft-kl", "cpu"), "fast": load("draft-kl", "cpu", pack=True)}
+    rates = decode_rates(models, drafts, prompts("code", args.prompts, args.prompt_len),
                          args.new_tokens, args.repeats)
     report = {"machine": machine(), "weight_bytes": weight_bytes,
               "read_bandwidth_gb_s": {k: v / 1e9 for k, v in bandwidth.items()},

@@ -36,14 +36,22 @@ from lessonlib.models.gpt import GPT, KVCache, prefix_mask
 # proj (W.T, b), ln_2 (w, b), fc (W.T, b), fc_out (W.T, b); each W.T (in, out) contiguous
 Layer = tuple[torch.Tensor, ...]
 
-# Measured on the course's 2-core CPU (shared with other jobs; CPU time of the one torch thread,
-# fastest of 2000 calls, weights warm): one 480 x 160 product over 1 / 6 / 16 rows took
-# 11.1 / 21.4 / 31.5 us as nn.Linear (F.linear), 26.9 / 32.3 / - us packed for oneDNN and
-# 6.6 / 9.5 / 18.4 us as addmm on the transposed weight; LayerNorm 3.7 us, an add 1.2 us, a
-# view 2 us, attention over 100 cached positions 12 us. The whole step: bench bandwidth.
+# Measured on the course's 2-core CPU, shared with other jobs, so as CPU time of the one torch
+# thread (time.thread_time: time spent descheduled does not count), fastest of many calls.
+# One 480 x 160 product over 1 / 6 / 16 rows, weights warm: 11.1 / 21.4 / 31.5 us as nn.Linear,
+# 26.9 / 32.3 / - us packed for oneDNN, 6.6 / 9.5 / 18.4 us as addmm on the transposed weight.
+# The shipped target, a forward over 1 / 6 / 16 new tokens after 128 cached ones (fastest of 40,
+# three rounds taking turns, best round): readable packed (the loops' model before) 9.1 / 10.7 /
+# 13.4 ms, readable unpacked 6.3 / 8.6 / 11.1, fast 4.2 / 6.2 / 7.8 -- 2.2x / 1.7x / 1.7x over
+# the readable packed model. Steps on the way: gathering the weights and fusing GELU and the
+# residual adds into oneDNN calls gave only 7.3 against 7.8 ms (the oneDNN calls dominate);
+# addmm on transposed weights gave the rest. Tried and not kept: bfloat16 weights and
+# activations (this CPU has AVX512-BF16): 10.7 / 13.6 / 17.2 ms, slower (oneDNN's fixed cost
+# again), logits off by up to 0.24 and greedy output different on 1 of 5 prompts within 64
+# tokens. torch.compile was not tried (time). ``python -m lessonlib.bench bandwidth`` re-measures.
 MEASURED = {"addmm_480x160_us": (6.6, 9.5, 18.4), "linear_480x160_us": (11.1, 21.4, 31.5),
-            "onednn_480x160_us": (26.9, 32.3, None)}
-
+            "onednn_480x160_us": (26.9, 32.3, None), "readable_packed_ms": (9.1, 10.7, 13.4),
+            "readable_unpacked_ms": (6.3, 8.6, 11.1), "fast_ms": (4.2, 6.2, 7.8), "fast_bf16_ms": (10.7, 13.6, 17.2)}
 
 class FastGPT(GPT):
     """A ``GPT`` whose batch-1 cached forward is the fast path (module docstring); same
