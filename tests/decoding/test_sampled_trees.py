@@ -30,9 +30,10 @@ SETTINGS = {  # one truncation per temperature, so each processor is exercised a
     1.7: Sampling(1.7, top_k=4, min_p=0.05),
 }
 TARGET, DRAFT = markov_gpt(0, sharpen=4.0), markov_gpt(1, sharpen=4.0)
-# the controls' drafts, chosen so that each wrong rule's bias is large (by ``sampled_tree_law``: a
-# first-token TV of 0.2-0.3 reusing mass with the sharp one, 0.1-0.26 for #47932 with the flat one)
-SHARP_DRAFT, FLAT_DRAFT = markov_gpt(1, sharpen=12.0), markov_gpt(1, sharpen=2.0)
+# the controls' drafts, chosen so that each wrong rule's bias is large: reusing a rejected candidate's
+# mass with the sharp one (p-values 1e-33 to 1e-67 over seeds 0-4 at 4 prompts x 400 tokens), #47932
+# with the flat one (a first-token TV of 0.1-0.26 by ``sampled_tree_law``; p-values 1e-11 to 1e-18)
+SHARP_DRAFT, FLAT_DRAFT = markov_gpt(1, sharpen=20.0), markov_gpt(1, sharpen=2.0)
 PROMPTS = [[1], [4]]
 RULES = {
     "sampled chain": ts.SampledRule((1, 1, 1)),
@@ -43,9 +44,9 @@ RULES = {
 }
 
 
-def _tree_runs(rule, sampling, n=250, seed=0, draft=DRAFT):
+def _tree_runs(rule, sampling, n=250, seed=0, draft=DRAFT, prompts=PROMPTS):
     rng = np.random.default_rng(seed)
-    return [(p, tree_generate(TARGET, ModelDrafter(draft), p, n, rule, sampling, rng)[0]) for p in PROMPTS]
+    return [(p, tree_generate(TARGET, ModelDrafter(draft), p, n, rule, sampling, rng)[0]) for p in prompts]
 
 
 @pytest.mark.parametrize("temperature", list(SETTINGS))
@@ -81,7 +82,8 @@ def test_control_reusing_a_rejected_candidates_mass(monkeypatch):
                         lambda par, tok, p, q, rng, rep, validate=True: right(par, tok, p, q, rng, True, validate))
     sampling = Sampling(1.0)
     rule = ts.SampledRule((3,), replacement=False)
-    assert context_p_value(TARGET.logits, _tree_runs(rule, sampling, draft=SHARP_DRAFT), sampling) < LEVEL
+    runs = _tree_runs(rule, sampling, n=400, draft=SHARP_DRAFT, prompts=[[1], [4], [0], [3]])
+    assert context_p_value(TARGET.logits, runs, sampling) < LEVEL
 
 
 LOOPS = {
