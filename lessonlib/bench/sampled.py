@@ -82,7 +82,8 @@ def run(n_prompts, prompt_len, new_tokens, repeats, seed=0):
         results[label] = common.against_plain(
             lambda p, i, s=sampling: generate(m.target, p, new_tokens, s, np.random.default_rng(seed + i)),
             runs, prompts, repeats, same_tokens=sampling.greedy)
-    return table, results
+    paths = {"target": type(m.target).__name__, "draft": type(m.draft).__name__}  # FastGPT or the readable GPT
+    return table, results, paths
 
 
 def rows_of(table, results, n_threads=None) -> list[dict]:
@@ -151,13 +152,13 @@ def main(argv=None):
     args = common.parse(parser, argv)
     started = time.time()
     n_threads = threads.apply()
-    table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.repeats, args.seed)
+    table, results, model_paths = run(args.prompts, args.prompt_len, args.new_tokens, args.repeats, args.seed)
     rows = rows_of(table, results, n_threads)
     head = headline(rows)
     report = {"setup": {"corpus": "code (held-out)", "corpus_name": "code", "prompts": args.prompts,
                         "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats,
                         "settings": {k: vars(s) for k, s in SETTINGS.items()}, "seed": args.seed,
-                        "threads": n_threads, "seconds": round(time.time() - started, 1)},
+                        "threads": n_threads, "seconds": round(time.time() - started, 1), "models": model_paths},
               "machine": common.machine(), "rows": rows, "headline": head,
               "per_prompt": {k: r for k, r in results.items()}}
     md = markdown(rows, head)

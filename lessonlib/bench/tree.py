@@ -125,9 +125,9 @@ def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
 
 
 def load_models(new_tokens, device="cpu", directory=CHECKPOINTS) -> Models:
-    """The packed target, draft-kl, and a drafter factory per draft kind shipped in ``directory``
-    (the EAGLE-3 head and the MTP modules when present)."""
-    target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory)
+    """The target and draft-kl on the fast decode path (``models.fast``), and a drafter factory
+    per draft kind shipped in ``directory`` (the EAGLE-3 head and MTP modules when present)."""
+    target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory, pack=True)
     heads = {kind: load_head(kind, target, directory) for kind in ("eagle", "eagle3", "medusa")
              if (pathlib.Path(directory) / f"{kind}.safetensors").exists()}
     m = Models(target, draft, new_tokens, {"draft": lambda: ModelDrafter(draft)})
