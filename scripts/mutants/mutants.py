@@ -409,10 +409,190 @@ MUTANTS = [
      "a checkpoint with a NaN weight loads"),
 ]
 
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 35: what the course measures and decides (statistics, counters, head inputs, losses, the fallback
+# policy, ties and boundaries), and the modules the mutants above never touched (prompt lookup, lookahead,
+# the MTP drafter, the heads and MTP training, bench). ``python scripts/mutants/run.py --match "issue 35"``
+# would need the text in every reason; run them with the file and reason matches listed in the README.
+PL, LT, LA, MTPD = (f"lessonlib/decoding/{m}.py" for m in ("prompt_lookup", "lookup_trie", "lookahead", "mtp_draft"))
+HEADS, MTPM, THEADS = (f"lessonlib/models/{m}.py" for m in ("heads", "mtp", "train_heads"))
+BTREE, BKINDS = "lessonlib/bench/tree.py", "lessonlib/bench/kinds.py"
+ACCOUNTING, POLICY, ORDERINGS, INPUTS, LOSSES = (
+    "tests/decoding/test_accounting.py", "tests/decoding/test_fallback_policy.py", "tests/decoding/test_orderings.py",
+    "tests/decoding/test_head_inputs.py", "tests/models/test_losses.py")
+HEAD_TESTS = [LOSSES, INPUTS, "tests/models/test_heads.py", "tests/models/test_heads_eagle3.py",
+              "tests/models/test_mtp.py", "tests/decoding/test_mtp_draft.py"]
+BENCH = ["tests/bench/test_tree_summary.py", "tests/bench/test_kinds.py"]
+CORE.insert(0, ORDERINGS)  # the ties and boundaries of core's orderings (fast: first)
+DECODING.append(INPUTS)  # the features the round hands each drafter
+TESTS["lessonlib/decoding/measures.py"][:0] = [ACCOUNTING, "tests/decoding/test_measures.py"]
+TESTS["lessonlib/decoding/fallback.py"].insert(0, POLICY)
+TESTS |= {
+    TIME: [ACCOUNTING, "tests/decoding/test_timing.py", *DECODING],
+    DSTATS: [ACCOUNTING, *DECODING],
+    MS: [POLICY, *DECODING],
+    PL: [ACCOUNTING, ORDERINGS, "tests/decoding/test_prompt_lookup.py", "tests/decoding/test_loops.py"],
+    LT: [ORDERINGS, ACCOUNTING, "tests/decoding/test_prompt_lookup.py", "tests/decoding/test_loops.py"],
+    LA: [ACCOUNTING, "tests/decoding/test_prompt_lookup.py", "tests/decoding/test_round.py"],
+    MTPD: [INPUTS, "tests/decoding/test_mtp_draft.py"],
+}
+GROUP_TESTS |= {"heads": HEAD_TESTS, "bench": BENCH}
+
+MUTANTS += [
+    # ------------------------------------------------------------------ statistics and the clock
+    ("decoding", MEAS, "return {\"median\": float(np.median(v)),", "return {\"median\": float(np.mean(v)),",
+     "summary reports the mean as the median"),
+    ("decoding", MEAS, "lo, hi = np.quantile(v, [0.5 - level / 2, 0.5 + level / 2])",
+     "lo, hi = np.quantile(v, [0.25, 0.75])", "summary's spread ignores the level"),
+    ("decoding", TIME, "    return min((run() for _ in range(int(repeats))), key=lambda result: seconds(result[1]))",
+     "    return max((run() for _ in range(int(repeats))), key=lambda result: seconds(result[1]))",
+     "fastest keeps the slowest run"),
+    ("decoding", TIME, "if name not in fastest_i or seconds(result[1]) < seconds(fastest_i[name][1]):",
+     "if name not in fastest_i or seconds(result[1]) > seconds(fastest_i[name][1]):",
+     "interleaved keeps each method's slowest run"),
+    ("decoding", TIME, "        for _ in range(int(repeats)):\n            for name, run in runs.items():\n",
+     "        for name, run in runs.items():\n            for _ in range(int(repeats)):\n",
+     "interleaved runs each method's repeats back to back (no turns)"),
+    ("decoding", DSTATS, "reached = np.array([(lengths >= d).sum() for d in range(max_depth)])",
+     "reached = np.array([(lengths >= 0).sum() for d in range(max_depth)])",
+     "acceptance by depth divides by all rounds, not those that reached the depth"),
+    ("decoding", DSTATS, "        return self.accepted / max(1, self.drafted)",
+     "        return self.accepted / max(1, self.judged)", "accepted_fraction is alpha (accepted / judged)"),
+    # ------------------------------------------------------------------ prompt lookup's accounting and order
+    ("decoding", PL, "        for token in emitted[:-1]:", "        for token in emitted:",
+     "prompt lookup counts the target's own last token as an accepted draft"),
+    ("decoding", PL, "rejected = node in trie[\"served\"] and bool(trie[\"children\"][node])",
+     "rejected = bool(trie[\"children\"][node])", "prompt lookup counts an unexpanded node as a rejection"),
+    ("decoding", PL, "                trie[\"served\"].add(t)\n", "",
+     "prompt lookup does not record the nodes expand served (no rejection judged under a rule)"),
+    ("decoding", PL, "trie[\"served\"] = set(range(len(trie[\"children\"])))", "trie[\"served\"] = set()",
+     "prompt lookup's own proposal records no node as served"),
+    ("decoding", PL, "        self.counts[\"matched_rounds\"] += bool(conts)",
+     "        self.counts[\"matched_rounds\"] += 1", "every lookup round counted as matched"),
+    ("decoding", PL, "for start in (reversed(starts) if self.prefer == \"recent\" else starts):",
+     "for start in starts:", "prefer='recent' takes the earliest occurrence first"),
+    ("decoding", PL, "for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):",
+     "for n in range(self.min_ngram, min(self.max_ngram, len(seq) - 1) + 1):",
+     "prompt lookup tries the shortest n-gram first"),
+    ("decoding", LT, "order = np.lexsort((toks, -vals, rows))", "order = np.lexsort((-toks, -vals, rows))",
+     "draft_support breaks ties by the higher token id"),
+    ("decoding", LT, "w, node = 0.5 ** (i + 1), 0", "w, node = 1.0, 0",
+     "the lookup trie weighs every continuation alike (a later one can outrank the best)"),
+    # ------------------------------------------------------------------ lookahead's counts and budget
+    ("decoding", LA, "self.from_pool += bool(result.path) and result.path[0] < first_window",
+     "self.from_pool += bool(result.path) and result.path[0] <= first_window",
+     "lookahead counts a path from the window's first node as a pool round"),
+    ("decoding", LA, "self.from_window += bool(result.path) and result.path[0] >= first_window",
+     "self.from_window += bool(result.path) and result.path[0] > first_window",
+     "lookahead misses window rounds that start at the window's first node"),
+    ("decoding", LA, "extra=max_nodes - 1)", "extra=max_nodes)", "lookahead's context budget one position short"),
+    ("decoding", LA, "extra=max_nodes - 1)", "extra=max_nodes - 2)",
+     "lookahead's context budget one position past the last round's tree"),
+    ("decoding", LA, "        if len(grams) > self.size:", "        if len(grams) >= self.size:",
+     "the n-gram pool keeps one continuation fewer than its size"),
+    # ------------------------------------------------------------------ what reaches each head
+    ("decoding", DRAFT, "self.feature_layers = getattr(head, \"layers\", None)", "self.feature_layers = None",
+     "the EAGLE-3 drafter fed the top feature instead of the fused low/middle/top ones"),
+    ("decoding", ROUND, "return (drafter.feature_layers or True) if drafter.needs_features else False",
+     "return True if drafter.needs_features else False", "every feature drafter gets the top block's feature"),
+    ("decoding", MTPD, "                self.h1_last = h_out[-1]  # h^1 at position L - 1",
+     "                self.h1_last = h_out[0]  # h^1 at position L - 1",
+     "the MTP drafter drafts from the oldest new position's h^1"),
+    ("decoding", MTPD, "tokens = torch.as_tensor(seq[self.fed[d - 1] + d : end + d + 1], dtype=torch.long,",
+     "tokens = torch.as_tensor(seq[self.fed[d - 1] + d - 1 : end + d], dtype=torch.long,",
+     "MTP module d fed the token d - 1 ahead"),
+    ("decoding", MTPD, "            mask = torch.eye(len(first), dtype=torch.bool)",
+     "            mask = torch.ones(len(first), len(first), dtype=torch.bool).tril()",
+     "MTP's second-level queries see their siblings"),
+    # ------------------------------------------------------------------ training losses
+    ("heads", MTPM, "main + lam / len(depth_losses) * sum(depth_losses)", "main + lam * sum(depth_losses)",
+     "the MTP loss's lambda not divided by D"),
+    ("heads", MTPM, "            h = self[d](target, x[:, d:], h[:, : x.shape[1] - d])",
+     "            h = self[d](target, x[:, d:], h0[:, : x.shape[1] - d])",
+     "every MTP module reads h^0 instead of the previous depth's output"),
+    ("heads", MTPM, "logits.float().reshape(-1, logits.shape[-1]), y[:, d:].reshape(-1)))",
+     "logits.float().reshape(-1, logits.shape[-1]), x[:, d:].reshape(-1)))",
+     "MTP depth d scored on its own input token"),
+    ("heads", HEADS, "+ REG_WEIGHT * F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))",
+     "+ F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))", "EAGLE's feature regression unweighted"),
+    ("heads", HEADS, "teacher, h_next = t_logits[:, 1:].float(), h[:, 1:].float()",
+     "teacher, h_next = t_logits[:, 1:].float(), h[:, :-1].float()",
+     "EAGLE regresses g onto its input feature, not the next one"),
+    ("heads", HEADS, "student, teacher = logits[k, :, :-shift].float(), t_logits[:, shift:].float()",
+     "student, teacher = logits[k, :, :-shift].float(), t_logits[:, shift - 1 : -1].float()",
+     "Medusa head k scored one position early"),
+    ("heads", HEADS, "    fused = head.fuse(h_layers.to(head.fuse.weight.dtype))\n",
+     "    fused = h_layers[..., -head.config.n_embd :]\n", "EAGLE-3 trained on the top feature, not the fused ones"),
+    ("heads", THEADS, "sum(sum(per_depth) / len(per_depth) for per_depth, _ in losses.values())",
+     "sum(sum(per_depth) for per_depth, _ in losses.values())", "head losses summed over depths, not averaged"),
+    ("heads", THEADS, "h = fused[..., -self.config.n_embd :]", "h = fused[..., : self.config.n_embd]",
+     "EAGLE and Medusa trained on the lowest fused block when EAGLE-3 trains beside them"),
+    # ------------------------------------------------------------------ the fallback policy and stream
+    ("decoding", FB, "            self.rounds.clear()\n            self.rounds.extend(kept)\n",
+     "            self.rounds.clear()\n", "the probes that switched speculation on are dropped"),
+    ("decoding", FB, "        else:  # the probes must judge the new regime alone\n            self.rounds.clear()\n",
+     "        else:  # the probes must judge the new regime alone\n            pass\n",
+     "old rounds kept after switching off"),
+    ("decoding", FB, "else float(expected_tokens_per_verify(alpha, self.k) / (self.k * self.c + self.r)))",
+     "else float(expected_tokens_per_verify(alpha, self.k) / (self.k * self.c + 1)))",
+     "the predicted speedup ignores r"),
+    ("decoding", FB, "self.alpha_off = float(alpha_for_speedup(self.off_below, self.k, self.c, self.r))",
+     "self.alpha_off = float(alpha_for_speedup(self.off_below, self.k, self.c))",
+     "the switch-off threshold ignores r"),
+    ("decoding", FB, "return \"probe\" if self._plain_since_probe >= self.probe_every else \"plain\"",
+     "return \"probe\" if self._plain_since_probe > self.probe_every else \"plain\"", "probing one token late"),
+    ("decoding", FB, "self._alpha(self.probe_window) >= self.alpha_on:",
+     "self._alpha(self.probe_window) >= self.alpha_off:",
+     "switching on at the off threshold (no hysteresis)"),
+    ("decoding", FB, "if len(self.rounds) >= self.min_rounds and self._alpha() < self.alpha_off:",
+     "if self._alpha() < self.alpha_off:", "the policy switches off before min_rounds"),
+    ("decoding", MS, "sampling = Sampling(self.temperature(position), self.draft_temperature)",
+     "sampling = Sampling(self.temperature(position))", "the stream's draft temperature never reaches the draft"),
+    # ------------------------------------------------------------------ ties and boundaries of the orderings
+    ("core", S, "keep = np.argsort(-p, axis=-1, kind=\"stable\")[..., :k]",
+     "keep = (p.shape[-1] - 1 - np.argsort(-p[..., ::-1], axis=-1, kind=\"stable\"))[..., :k]",
+     "top-k ties broken by the higher index"),
+    ("core", S, "keep_sorted = np.cumsum(sorted_p, axis=-1) - sorted_p < top_p",
+     "keep_sorted = np.cumsum(sorted_p, axis=-1) - sorted_p <= top_p",
+     "top-p keeps the entry after the mass reaches top_p exactly"),
+    ("core", T, "        return rows.argmax(1)[:, None]",
+     "        return (rows.shape[1] - 1 - rows[:, ::-1].argmax(1))[:, None]",
+     "the one most likely child of a tie is the higher index"),
+    ("core", T, "score = np.concatenate([score, frontier_score[rows] + top_logq[rows, ranks]])",
+     "score = np.concatenate([score, top_logq[rows, ranks]])", "top-p tree scores not cumulative"),
+    ("core", T, "rows, ranks = np.nonzero(mass_before < top_p)", "rows, ranks = np.nonzero(mass_before <= top_p)",
+     "top-p tree keeps the child after the mass reaches top_p exactly"),
+    ("core", T, "best = np.argsort(-cand, kind=\"stable\")[:top_k]",
+     "best = (len(cand) - 1 - np.argsort(-cand[::-1], kind=\"stable\"))[:top_k]",
+     "the dynamic tree's frontier ties take the later candidate"),
+    ("core", B, "    accept = u_accept * qx < px\n", "    accept = u_accept * qx <= px\n",
+     "verify_rounds accepts at u = 0 when p(x) = 0"),
+    # ------------------------------------------------------------------ bench: what the tables report and decide
+    ("bench", BTREE, "if row[\"family\"] not in best or row[\"speedup\"] > best[row[\"family\"]][\"speedup\"]:",
+     "if row[\"family\"] not in best or row[\"speedup\"] < best[row[\"family\"]][\"speedup\"]:",
+     "bench tree's best of a family is its slowest"),
+    ("bench", BTREE, "row[\"mean_nodes\"] = float(np.median([r[\"mean_nodes\"] for r in runs]))",
+     "row[\"mean_nodes\"] = float(np.mean([r[\"mean_nodes\"] for r in runs]))", "mean nodes: the mean over prompts"),
+    ("bench", BTREE, "acceptance_by_depth(np.repeat(np.arange(depth_max), hist), depth)",
+     "acceptance_by_depth(np.arange(depth_max), depth)",
+     "acceptance by depth ignores how many rounds accepted each length"),
+    ("bench", BTREE, "return row[\"speedup\"] / bound[\"median\"] if bound else None",
+     "return row[\"speedup\"] / bound[\"q75\"] if bound else None", "the bound share from the upper quartile"),
+    ("bench", BTREE, "\"met\": tree_max_tau[\"tau\"] >= chain_best[\"tau\"] + 0.5,",
+     "\"met\": tree_max_tau[\"tau\"] > chain_best[\"tau\"] + 0.5,", "the tau target missed at its threshold"),
+    ("bench", BTREE, "\"met\": chain_best[\"speedup\"] >= 2.0,", "\"met\": chain_best[\"speedup\"] > 2.0,",
+     "the chain target missed at its threshold"),
+    ("bench", BTREE, "eagle[\"speedup\"] >= 1.15 * chain_best[\"speedup\"],",
+     "eagle[\"speedup\"] >= 1.1 * chain_best[\"speedup\"],", "the EAGLE target's ratio to the best chain loosened"),
+    ("bench", BTREE, "        \"met\": low[0] >= 0.9,", "        \"met\": low[0] > 0.9,",
+     "the bound-share target missed at its threshold"),
+    ("bench", BKINDS, "                choice[shape] = max(measured, key=speed.get)",
+     "                choice[shape] = min(measured, key=speed.get)", "bench kinds picks each shape's slowest setting"),
+    ("bench", BKINDS, "row[\"c_per_step\"] = row[\"draft_cost_per_round\"] / depth",
+     "row[\"c_per_step\"] = row[\"draft_cost_per_round\"] / (depth + 1)", "a tree-loop chain's c divided by K + 1"),
+]
+
 EQUIVALENT = {
-    "keep_best without the depth tie-break":
-        "a parent always has a lower index than its child, so on a score tie index order already puts "
-        "every ancestor first; depth never decides anything the index does not",
     "inverse CDF runs past the last token when u * total rounds up":
         "for u in [0, 1) the product u * total is always below total in float64 (it loses at least "
         "total * 2**-53, more than half an ulp, and at a power of two the result is representable), so "
