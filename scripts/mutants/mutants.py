@@ -546,8 +546,9 @@ MUTANTS += [
      "switching on at the off threshold (no hysteresis)"),
     ("decoding", FB, "if len(self.rounds) >= self.min_rounds and self._alpha() < self.alpha_off:",
      "if self._alpha() < self.alpha_off:", "the policy switches off before min_rounds"),
-    ("decoding", MS, "sampling = Sampling(self.temperature(position), self.draft_temperature)",
-     "sampling = Sampling(self.temperature(position))", "the stream's draft temperature never reaches the draft"),
+    ("decoding", MS, "sampling = Sampling(self.temperature(position), self.draft_temperature, **self.truncation)",
+     "sampling = Sampling(self.temperature(position), **self.truncation)",
+     "the stream's draft temperature never reaches the draft"),
     # ------------------------------------------------------------------ ties and boundaries of the orderings
     ("core", S, "keep = np.argsort(-p, axis=-1, kind=\"stable\")[..., :k]",
      "keep = (p.shape[-1] - 1 - np.argsort(-p[..., ::-1], axis=-1, kind=\"stable\"))[..., :k]",
