@@ -56,7 +56,7 @@ LIBRARY = {  # the class of input, the call, what the message must name
     "lookup: draft of another vocabulary": (lambda: lookup_generate(tiny(), [1, 2, 3], 4, draft=tiny(1, vocab=40)),
                                             "vocabulary"),
     "stream: prompt longer than the context": (lambda: fallback.ModelStream(tiny(), tiny(1), list(range(30)), 3, 0.0),
-                                               "prompt_tokens must hold at most 28"),
+                                               "prompt_tokens must hold at most 29"),
     "stream: request longer than the context": (lambda: fallback.ModelStream(
         tiny(), tiny(1), [1], 3, 0.0, requests=[(4, list(range(30)))]), r"requests\[0\] prompt"),
     "stream: token outside the vocabulary": (lambda: fallback.ModelStream(tiny(), tiny(1), [1, 99], 3, 0.0),
@@ -81,9 +81,11 @@ def test_a_bad_argument_is_a_value_error_naming_it(name):
 
 
 def test_a_prompt_that_fits_the_context_is_kept_whole():
-    prompt = list(range(28))  # the context of 32 less a round of k + 1 = 4
+    prompt = list(range(29))  # the context of 32 less a round's k = 3 drafts (the root sits at 28)
     stream = fallback.ModelStream(tiny(), tiny(1), prompt, 3, 0.0)
     assert stream.seq == prompt
+    stream.speculate(0)  # the round fits without a refill: the prompt is still the sequence's start
+    assert stream.seq[:29] == prompt
 
 
 def test_an_empty_outputs_variable_is_an_error_not_the_current_folder(monkeypatch, tmp_path):

@@ -229,3 +229,21 @@ def check_same_shape(p: np.ndarray, q: np.ndarray, p_name: str = "p", q_name: st
     """Two distributions compared entry by entry (residual, acceptance rate, TV): one shape."""
     if p.shape != q.shape:
         raise ValueError(f"{p_name} and {q_name} must have the same shape, got {p.shape} and {q.shape}")
+
+
+def check_finite_logits(logits: np.ndarray, whose: str = "the model's") -> np.ndarray:
+    """Logits ((n, V) float64) refused if they hold NaN or +inf (a model with non-finite weights
+    or activations would otherwise decode token 0 forever: the argmax of NaN); -inf is a masked
+    token. One sum per forward, a few microseconds."""
+    if not np.isfinite(logits.sum()) and (np.isnan(logits).any() or np.isposinf(logits).any()):
+        raise ValueError(f"{whose} logits hold NaN or inf (non-finite weights or inputs); "
+                         "models.load refuses such checkpoints -- rebuild or reload the model")
+    return logits
+
+
+def check_head_fits(width: object, vocab: object, target_width: int, target_vocab: int, name: str) -> None:
+    """A head built in memory must read its target's width and vocabulary (``models.load_head``
+    checks a saved head's metadata; drafters check any head they are handed)."""
+    if width != target_width or vocab != target_vocab:
+        raise ValueError(f"{name} must be built for this target: width {width} and vocabulary {vocab}, "
+                         f"this target has width {target_width} and vocabulary {target_vocab}")

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from lessonlib.core import tree
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf
 from lessonlib.core.tree_sampled import SampledRule
-from lessonlib.core.validate import check_k
+from lessonlib.core.validate import check_finite_logits, check_head_fits, check_k
 from lessonlib.decoding.round import Ids, Proposal, Sampling, feed
 from lessonlib.decoding.timing import Timer, untimed
 
@@ -61,21 +61,8 @@ class Drafter(Protocol):
 
 def log_probs(logits: torch.Tensor) -> np.ndarray:
     """log softmax of draft logits ((..., V) torch) as float64 numpy ((..., V): the rows ``expand``
-    returns); non-finite logits are refused (``round.check_finite_logits``)."""
-    out = F.log_softmax(logits.double(), -1).cpu().numpy()
-    if not np.isfinite(out.sum()):  # -inf is a masked token; NaN or +inf anywhere is a broken draft
-        if np.isnan(out).any() or np.isposinf(out).any():
-            raise ValueError("the draft's logits hold NaN or inf (non-finite weights or inputs)")
-    return out
-
-
-def check_head_fits(head_config: object, target: GPT, name: str) -> None:
-    """A head built in memory must read the target's width and vocabulary (``models.load_head``
-    checks a saved head's metadata; this is the same check for any head handed to a drafter)."""
-    width, vocab = getattr(head_config, "n_embd", None), getattr(head_config, "vocab_size", None)
-    if width != target.config.n_embd or vocab != target.config.vocab_size:
-        raise ValueError(f"{name} must be built for this target: width {width} and vocabulary {vocab}, "
-                         f"this target has width {target.config.n_embd} and vocabulary {target.config.vocab_size}")
+    returns); non-finite logits are refused (``core.validate.check_finite_logits``)."""
+    return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
 
 
 class ChainDrafter:
@@ -301,7 +288,8 @@ class EagleDrafter(TreeDrafter):
     g: torch.Tensor  # (1 + n_fed, C): the head's output at the root, then at each fed node
 
     def __init__(self, head: EagleHead, target: GPT) -> None:
-        check_head_fits(head.config, target, "head")
+        check_head_fits(head.config.n_embd, head.config.vocab_size, target.config.n_embd, target.config.vocab_size,
+                        "head")
         self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
         self.feature_layers = getattr(head, "layers", None)  # EAGLE-3 reads fused low/middle/top features
 
@@ -341,7 +329,8 @@ class MedusaDrafter(RuleDrafter):
     rows: np.ndarray  # (K, V) float64: head d's log-probs at the last committed feature
 
     def __init__(self, heads: MedusaHeads, target: GPT) -> None:
-        check_head_fits(heads.config, target, "heads")
+        check_head_fits(heads.config.n_embd, heads.config.vocab_size, target.config.n_embd,
+                        target.config.vocab_size, "heads")
         self.heads, self.target = heads, target
 
     def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:

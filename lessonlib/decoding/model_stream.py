@@ -83,10 +83,11 @@ class ModelStream:
     def _check_prompt(self, prompt_tokens: Ids, name: str) -> list[int]:
         """A prompt that leaves room for one round, as a list; never cut silently."""
         tokens = check_token_sequence(list(prompt_tokens), self.target.config.vocab_size, name).tolist()
-        room = self.block - self.k - 1
+        room = self.block - self.k  # a round scores the root and k drafts after len(seq) - 1 cached tokens
         if len(tokens) > room:
-            raise ValueError(f"{name} must hold at most {room} tokens (the context of {self.block} less a round "
-                             f"of k + 1 = {self.k + 1}), got {len(tokens)}; pass {name}[-{room}:] to keep the newest")
+            raise ValueError(f"{name} must hold at most {room} tokens (the context of {self.block} less the "
+                             f"k = {self.k} drafts of a round), got {len(tokens)}; "
+                             f"pass {name}[-{room}:] to keep the newest")
         return tokens
 
     def _next_request(self, position: int) -> None:
@@ -115,7 +116,7 @@ class ModelStream:
     def plain(self, position: int) -> None:
         """One target forward, one token sampled at T(position)."""
         self._next_request(position)
-        self._make_room(1)
+        self._make_room(0)  # a plain step feeds the root at len(seq) - 1
         result = speculative_round(self.target, self.t_cache, self.no_draft, None, self.seq, self._sampling(position),
                                    self.rng)
         self.drafter.commit(self.seq)
@@ -125,7 +126,7 @@ class ModelStream:
     def speculate(self, position: int) -> tuple[int, int]:
         """One round: k draft forwards, one target forward, the exact rule. Returns (accepted, k)."""
         self._next_request(position)
-        self._make_room(self.k + 1)
+        self._make_room(self.k)  # the root and k drafts after len(seq) - 1 cached tokens
         result = speculative_round(self.target, self.t_cache, self.drafter, None, self.seq, self._sampling(position),
                                    self.rng)
         self.new_tokens += result.emitted

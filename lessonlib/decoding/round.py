@@ -43,7 +43,8 @@ from lessonlib.core import tree
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, check_truncation, process
 from lessonlib.core.tree_sampled import verify_tree_sampled
-from lessonlib.core.validate import SAMPLING_RNG, check_int, check_rng, check_temperature, check_token_ids
+from lessonlib.core.validate import (SAMPLING_RNG, check_finite_logits, check_int, check_rng, check_temperature,
+                                     check_token_ids)
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
 
@@ -167,16 +168,6 @@ def feed(model: GPT, cache: KVCache, tokens: Ids, rows: int | None = None,
     logits = check_finite_logits(logits.double().cpu().numpy())
     return (logits, hidden[0]) if return_hidden else logits
 
-
-def check_finite_logits(logits: np.ndarray) -> np.ndarray:
-    """``logits`` ((n, V) float64), refused if they hold NaN or inf: a model with non-finite
-    weights or activations would otherwise decode token 0 forever (argmax of NaN). One
-    reduction per forward, a few microseconds."""
-    if not np.isfinite(logits.sum()):  # a NaN or an inf anywhere makes the sum non-finite
-        if not np.isfinite(logits).all():
-            raise ValueError("the model's logits hold NaN or inf (non-finite weights or inputs); "
-                             "models.load refuses such checkpoints -- rebuild or reload the model")
-    return logits
 
 
 def tree_forward(target: GPT, cache: KVCache, root: int, parents: Ids, tokens: Ids,

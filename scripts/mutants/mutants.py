@@ -168,16 +168,17 @@ MUTANTS = [
     ("core", TOY, "law = law.reshape(-1, 1) * rows", "law = law.reshape(-1, 1) * rows[::-1]",
      "continuation law pairs prefixes with the wrong rows"),
     # ------------------------------------------------------------------ decoding: plain loop, chain drafter
-    ("decoding", DEC, "new.append(next_token(logits, temperature, rng))", "new.append(next_token(logits, 1.0, rng))",
+    ("decoding", DEC, "new.append(next_token(logits, sampling, rng))", "new.append(next_token(logits, 1.0, rng))",
      "generate ignores the temperature"),
     ("decoding", DRAFT,
-     "                q_rows.append(softmax(logits, tq))\n                drafts.append(int(inverse_cdf(q_rows[-1],",
+     "                q_rows.append(sampling.draft_probs(logits))  # the same truncation as the target's p\n"
+     "                drafts.append(int(inverse_cdf(q_rows[-1],",
      "                q_rows.append(softmax(logits, 1.0))\n"
-     "                drafts.append(int(inverse_cdf(softmax(logits, tq),",
+     "                drafts.append(int(inverse_cdf(sampling.draft_probs(logits),",
      "draft q recorded at T = 1 while drafts are sampled at T"),
     ("decoding", DRAFT,
      "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
-     "one-hot\n                    q_rows.append(softmax(logits, tq))",
+     "one-hot\n                    q_rows.append(sampling.draft_probs(logits))",
      "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
      "one-hot\n                    q_rows.append(softmax(logits, sampling.temperature))",
      "a greedy draft's q recorded as its softmax at the target's T (not one-hot)"),
@@ -197,8 +198,8 @@ MUTANTS = [
      "not the tokens: the first token comes from the prefill)"),
     ("decoding", DEC, "extra=k - 1, name=\"the target\")", "extra=k - 2, name=\"the target\")",
      "chain budget one position short: the last round overflows the context"),
-    ("decoding", DEC, "    if check_temperature(temperature) <= GREEDY_TEMPERATURE:",
-     "    if temperature <= GREEDY_TEMPERATURE:",
+    ("decoding", DEC, "    sampling = Sampling.of(temperature)  # a negative T raises, it is not greedy",
+     "    sampling = Sampling.of(max(temperature, 0.0) if isinstance(temperature, (int, float)) else temperature)",
      "a negative temperature means greedy in plain steps"),
     # ------------------------------------------------------------------ decoding: the round (draft ... commit)
     ("decoding", ROUND, "        check_temperature(self.temperature)  # a negative T raises, it is not greedy\n", "",
@@ -235,7 +236,9 @@ MUTANTS = [
     ("decoding", ROUND, "emitted = verify_chain(sampling.probs(logits), proposal.q",
      "emitted = verify_chain(softmax(logits, sampling.draft_t), proposal.q",
      "target judged at the draft's temperature (the fallback stream's draft_temperature)"),
-    ("decoding", ROUND, "            return list(range(len(emitted) - 1)), emitted",
+    ("decoding", ROUND, "            emitted = verify_greedy(logits, proposal.tokens, validate=False)\n"
+     "            return list(range(len(emitted) - 1)), emitted",
+     "            emitted = verify_greedy(logits, proposal.tokens, validate=False)\n"
      "            return list(range(len(emitted))), emitted",
      "greedy chain path one node too long (the correction token's row committed as an accepted draft)"),
     ("decoding", ROUND, "        cache.truncate(start + len(keep))", "        cache.truncate(start + len(keep) - 1)",
@@ -315,15 +318,15 @@ MUTANTS = [
     ("decoding", REF, "            q_rows.append(q)",
      "            q_rows.append(softmax(_next_logits(draft, seq + drafts[:-1], \"draft\")[0], 1.0))",
      "reference loop records q at T = 1"),
-    ("decoding", REF, "q = softmax(_next_logits(draft, seq + drafts, \"draft\")[0], temperature)",
-     "q = softmax(_next_logits(draft, seq, \"draft\")[0], temperature)", "reference draft never sees its own drafts"),
+    ("decoding", REF, "q = draft_law(_next_logits(draft, seq + drafts, \"draft\")[0])",
+     "q = draft_law(_next_logits(draft, seq, \"draft\")[0])", "reference draft never sees its own drafts"),
     ("decoding", REF, "        stats.record_round(k, n_ok, n_ok < k, k)",
      "        stats.record_round(k, n_ok, True, k)",
      "reference alpha counts a rejection in full rounds"),
-    ("decoding", REF, "else cast(int, sample(softmax(z, temperature), cast(np.random.Generator, rng))))",
+    ("decoding", REF, "else cast(int, sample(law(z), cast(np.random.Generator, rng))))",
      "else cast(int, sample(softmax(z, 1.0), cast(np.random.Generator, rng))))",
      "reference plain loop ignores the temperature"),
-    ("decoding", REF, "p_rows = softmax(_next_logits(target, seq + drafts, \"target\", rows=k + 1), temperature)",
+    ("decoding", REF, "p_rows = law(_next_logits(target, seq + drafts, \"target\", rows=k + 1))",
      "p_rows = softmax(_next_logits(target, seq + drafts, \"target\", rows=k + 1), 1.0)",
      "reference target judged at T = 1"),
     # ------------------------------------------------------------------ decoding: fallback stream and policy
@@ -351,17 +354,21 @@ MUTANTS = [
      "a stream with a negative temperature is built (clamped to greedy: dropping the check alone is "
      "equivalent, the Sampling that check_sampling_rng builds two lines later refuses it too)"),
     # ------------------------------------------------------------------ decoding: the one definition of each quantity
-    ("decoding", MEAS, "    return emitted / target_forwards", "    return (emitted - 1) / target_forwards",
+    ("decoding", MEAS, "    return emitted / check_int(target_forwards, \"target_forwards\", minimum=1)",
+     "    return (emitted - 1) / check_int(target_forwards, \"target_forwards\", minimum=1)",
      "tau off by one"),
     ("decoding", MEAS, "    return accepted / judged if judged else float(\"nan\")",
      "    return accepted / (judged + 1) if judged else float(\"nan\")",
      "alpha with a wrong denominator"),
-    ("decoding", MEAS, "    return tau_value / (k * c + r)", "    return tau_value / (k * c + 1)",
+    ("decoding", MEAS, "k * c + float(check_positive(r, \"r\")), \"k c + r\")", "k * c + 1.0, \"k c + r\")",
      "forward bound ignores r"),
     ("decoding", MEAS, "out[\"c\"] = cost_ratio(method.draft_step_seconds, step)",
      "out[\"c\"] = cost_ratio(method.verify_forward_seconds, step)", "c from the verify forward"),
-    ("decoding", MEAS, "    return plain_seconds_per_token / method_seconds_per_token",
-     "    return method_seconds_per_token / plain_seconds_per_token",
+    ("decoding", MEAS,
+     "    return _ratio(plain_seconds_per_token, \"plain_seconds_per_token\", method_seconds_per_token,\n"
+     "                  \"method_seconds_per_token\")",
+     "    return _ratio(method_seconds_per_token, \"method_seconds_per_token\", plain_seconds_per_token,\n"
+     "                  \"plain_seconds_per_token\")",
      "speedup inverted"),
     ("decoding", TIME, "self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start",
      "self.seconds[phase] = time.perf_counter() - start", "the clock keeps the last call only"),

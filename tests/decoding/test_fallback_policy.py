@@ -129,9 +129,6 @@ def test_model_stream_passes_the_draft_temperature_to_the_draft(models):
     assert seen[0].temperature == 1.0 and seen[0].draft_t == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason="ModelStream._make_room refills one position early: a chain round of k "
-                   "needs len(seq) + k <= block (the target scores the root and k drafts after len(seq) - 1 "
-                   "cached tokens), a plain step len(seq) <= block; it refills when len(seq) + k + 1 > block")
 @torch.inference_mode()
 def test_model_stream_keeps_its_context_until_a_round_no_longer_fits(models):
     k = 3
