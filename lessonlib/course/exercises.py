@@ -43,6 +43,15 @@ ANSWER_TAG = "answer"
 ANSWER_PLACEHOLDER = "*Your prediction, then compare with the output above.*"
 
 
+def answer_pointer(name: str) -> str:
+    """The placeholder of a hidden answer, and where the answer is: the same place in the
+    solution notebook ``solutions/<name>`` (``name`` as ``exercise_notebook`` gets it, e.g.
+    ``04_eagle_tree.ipynb`` or ``fa/04_eagle_tree.ipynb``), linked relative to the exercise."""
+    link = "../" * (name.count("/") + 1) + f"solutions/{name}"
+    return (f"{ANSWER_PLACEHOLDER} The answer: [`solutions/{name}`]({link}), the cell right after this "
+            "question's code cell.")
+
+
 def strip_solution(source: str, where: str = "cell") -> str:
     """Replace each marked answer in one code cell's source by a ``NotImplementedError`` stub."""
     out, inside = [], False
@@ -70,7 +79,8 @@ def strip_solution(source: str, where: str = "cell") -> str:
 
 def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """The student version of a solution notebook: answers stubbed, ``answer``-tagged markdown cells
-    replaced by a prompt to predict, outputs and timings cleared."""
+    replaced by a prompt to predict that says where the answer is (``answer_pointer``), outputs and
+    timings cleared."""
     nb = copy.deepcopy(solution)
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
@@ -78,7 +88,7 @@ def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -
             if cell.cell_type != "markdown":
                 raise ValueError(f"{where}: the {ANSWER_TAG!r} tag belongs on a markdown cell, "
                                  f"not a {cell.cell_type} cell")
-            cell.source = ANSWER_PLACEHOLDER
+            cell.source = answer_pointer(name)
         elif cell.cell_type == "code":
             cell.source = strip_solution(cell.source, where)
             cell.outputs = []

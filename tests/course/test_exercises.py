@@ -100,7 +100,10 @@ def _with_prediction(answer_tags=("answer",)):
 def test_answer_tagged_markdown_becomes_the_prediction_prompt_and_the_question_stays():
     nb = exercises.exercise_notebook(_with_prediction(("nbval-ignore-output", "answer")), "01_demo.ipynb")
     question, answer = nb.cells[1], nb.cells[-1]
-    assert answer.source == exercises.ANSWER_PLACEHOLDER == "*Your prediction, then compare with the output above.*"
+    assert answer.source == exercises.answer_pointer("01_demo.ipynb") == (
+        "*Your prediction, then compare with the output above.* The answer: [`solutions/01_demo.ipynb`]"
+        "(../solutions/01_demo.ipynb), the cell right after this question's code cell.")
+    assert exercises.answer_pointer("fa/01_demo.ipynb").count("](../../solutions/fa/01_demo.ipynb)") == 1
     assert answer.metadata["tags"] == ["nbval-ignore-output", "answer"]
     assert question.source.startswith("**Predict before you run:**")
     assert nb.cells[0].source == "# Title"  # untagged markdown is left alone
@@ -123,7 +126,10 @@ def test_no_answer_to_a_prediction_reaches_an_exercise_notebook(path):
     nb = nbformat.read(path, as_version=4)
     for index, cell in enumerate(nb.cells):
         if exercises.ANSWER_TAG in cell.metadata.get("tags", []):
-            assert cell.source == exercises.ANSWER_PLACEHOLDER, f"cell {index}"
+            assert cell.source == exercises.answer_pointer(path.name), f"cell {index}"
+            # the pointer leads to a solution notebook whose cell at this index is that answer
+            solution = nbformat.read(ROOT / "solutions" / path.name, as_version=4).cells[index]
+            assert solution.source.startswith("**Answer:**") and exercises.ANSWER_TAG in solution.metadata["tags"]
         elif cell.cell_type == "markdown":
             assert not cell.source.lstrip().startswith("**Answer:**"), (
                 f"cell {index}: an answer without the 'answer' tag")
