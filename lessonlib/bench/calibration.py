@@ -23,8 +23,9 @@ import torch
 
 from lessonlib import cli, threads
 from lessonlib.bench import common
-from lessonlib.core.sampling import acceptance_rate, softmax
+from lessonlib.core.sampling import softmax
 from lessonlib.models import CHECKPOINTS, data, load
+from lessonlib.models.distill import alpha_from_logits
 from lessonlib.models.heads import eagle_unroll, load_head, target_outputs
 
 TEMPERATURES = (0.0, 0.7, 1.0)
@@ -67,8 +68,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8) -> dict[str, tuple[np.ndarr
 
 def measure(p_logits: np.ndarray, q_logits: np.ndarray) -> dict:
     """Teacher-forced alpha at each temperature, and the T = 1 reliability table."""
-    alpha = {f"{t:g}": float(np.mean(acceptance_rate(softmax(p_logits, t), softmax(q_logits, t))))
-             for t in TEMPERATURES}
+    alpha = {f"{t:g}": float(np.mean(alpha_from_logits(p_logits, q_logits, t))) for t in TEMPERATURES}
     p, q = softmax(p_logits, 1.0), softmax(q_logits, 1.0)
     top = q.argmax(-1)
     qx, px = q[np.arange(len(q)), top], p[np.arange(len(p)), top]

@@ -86,6 +86,13 @@ def _grow(parents: list[np.ndarray], tokens: list[np.ndarray], score: list[np.nd
     return new_score
 
 
+def _flat(parents: list[np.ndarray], tokens: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The tree drawn so far as (parents (N,), tokens (N,)), from the per-level pieces."""
+    if not parents:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(parents), np.concatenate(tokens)
+
+
 def _done(parents: list[np.ndarray], tokens: list[np.ndarray], score: list[np.ndarray],
           q_rows: list[np.ndarray], vocab: int) -> SampledDraft:
     if not parents:
@@ -108,9 +115,7 @@ def draft_sampled(expand: Expand, probs: Probs, rng: np.random.Generator, branch
     q_rows: list[np.ndarray] = []
     frontier, frontier_score, base, vocab = np.array([-1]), np.zeros(1), 0, 0
     for m in branching:
-        flat_p = np.concatenate(parents) if parents else np.zeros(0, np.int64)
-        flat_t = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
-        q = probs(expand(flat_p, flat_t, frontier))  # (len(frontier), V)
+        q = probs(expand(*_flat(parents, tokens), frontier))  # (len(frontier), V)
         vocab = q.shape[1]
         frontier_score = _grow(parents, tokens, score, q_rows, frontier, frontier_score, q,
                                draw_children(q, m, rng, replacement))
@@ -136,9 +141,7 @@ def draft_sampled_dynamic(expand: Expand, probs: Probs, rng: np.random.Generator
     for _ in range(depth):
         if n >= total:
             break
-        flat_p = np.concatenate(parents) if parents else np.zeros(0, np.int64)
-        flat_t = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
-        q = probs(expand(flat_p, flat_t, frontier))
+        q = probs(expand(*_flat(parents, tokens), frontier))
         vocab = q.shape[1]
         new_score = _grow(parents, tokens, score, q_rows, frontier, frontier_score, q,
                           draw_children(q, top_k, rng, replacement), limit=total - n)
