@@ -1,8 +1,11 @@
 """Where lessonlib reads and writes: the one place that knows the repository's layout.
 
-``ASSETS`` holds the shipped tokenizer and checkpoints. ``OUTPUTS`` is where benchmarks,
+``ASSETS`` holds the shipped tokenizer and checkpoints. ``outputs()`` is where benchmarks,
 figures and the skill file go; ``LESSONLIB_OUTPUTS`` moves it (the test suite points it at
-a temporary folder so that running the tests leaves ``git status`` unchanged).
+a temporary folder so that running the tests leaves ``git status`` unchanged). The exercise
+notebooks call ``use_student_outputs()`` first, so a student's run writes under
+``exercises/my-outputs/`` (ignored by git) and never over the course's tracked ``outputs/``;
+readers of a benchmark report fall back to the shipped one (``bench.record.read``).
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parent
 ROOT = PACKAGE.parent
 ASSETS = PACKAGE / "assets"
+STUDENT_OUTPUTS = ROOT / "exercises" / "my-outputs"  # in .gitignore
 
 
 def outputs() -> pathlib.Path:
@@ -27,6 +31,15 @@ def outputs() -> pathlib.Path:
     if path.exists() and not path.is_dir():
         raise ValueError(f"environment variable LESSONLIB_OUTPUTS must name a folder, got the file {text!r}")
     return path
+
+
+def use_student_outputs() -> pathlib.Path:
+    """Send this process's writes to ``STUDENT_OUTPUTS`` unless ``LESSONLIB_OUTPUTS`` already
+    names a folder (the test suite's temporary one, or the student's own choice); returns the
+    outputs folder now in use."""
+    if os.environ.get("LESSONLIB_OUTPUTS") is None:
+        os.environ["LESSONLIB_OUTPUTS"] = str(STUDENT_OUTPUTS)
+    return outputs()
 
 
 def benchmarks() -> pathlib.Path:

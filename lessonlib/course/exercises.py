@@ -43,11 +43,24 @@ ANSWER_TAG = "answer"
 ANSWER_PLACEHOLDER = "*Your prediction, then compare with the output above.*"
 
 
+ANSWER_PLACEHOLDER_FA = "*پیش‌بینی خودتان را بنویسید، سپس با خروجی بالا مقایسه کنید.*"
+# The first code cell of every exercise notebook starts with these lines: what a student's run
+# writes (exercise 05's measurements and skill file) goes under exercises/my-outputs/, never over
+# the course's tracked outputs/ (LESSONLIB_OUTPUTS, when set, still wins: the tests set it).
+STUDENT_OUTPUTS = ("import lessonlib.paths\n"
+                   "lessonlib.paths.use_student_outputs()  # your run writes under exercises/my-outputs/, "
+                   "not over the course's outputs/\n")
+
+
 def answer_pointer(name: str) -> str:
     """The placeholder of a hidden answer, and where the answer is: the same place in the
     solution notebook ``solutions/<name>`` (``name`` as ``exercise_notebook`` gets it, e.g.
-    ``04_eagle_tree.ipynb`` or ``fa/04_eagle_tree.ipynb``), linked relative to the exercise."""
+    ``04_eagle_tree.ipynb`` or ``fa/04_eagle_tree.ipynb``, whose pointer is in Persian), linked
+    relative to the exercise."""
     link = "../" * (name.count("/") + 1) + f"solutions/{name}"
+    if name.startswith("fa/"):
+        return (f"{ANSWER_PLACEHOLDER_FA} پاسخ در [`solutions/{name}`]({link}) است: سلولی که درست "
+                "بعد از سلول کدِ این پرسش می‌آید.")
     return (f"{ANSWER_PLACEHOLDER} The answer: [`solutions/{name}`]({link}), the cell right after this "
             "question's code cell.")
 
@@ -80,8 +93,10 @@ def strip_solution(source: str, where: str = "cell") -> str:
 def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """The student version of a solution notebook: answers stubbed, ``answer``-tagged markdown cells
     replaced by a prompt to predict that says where the answer is (``answer_pointer``), outputs and
-    timings cleared."""
+    timings cleared, and the first code cell made to write under ``exercises/my-outputs/``
+    (``STUDENT_OUTPUTS``)."""
     nb = copy.deepcopy(solution)
+    first_code = next((cell for cell in nb.cells if cell.cell_type == "code"), None)
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
         if ANSWER_TAG in cell.metadata.get("tags", []):
@@ -91,6 +106,8 @@ def exercise_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -
             cell.source = answer_pointer(name)
         elif cell.cell_type == "code":
             cell.source = strip_solution(cell.source, where)
+            if cell is first_code:
+                cell.source = STUDENT_OUTPUTS + cell.source
             cell.outputs = []
             cell.execution_count = None
         elif "### BEGIN SOLUTION" in cell.source:

@@ -1,6 +1,7 @@
 """The exercise generator: stubs replace answers, outputs are cleared, exercises/ is in sync."""
 import json
 import pathlib
+import subprocess
 
 import nbformat
 import pytest
@@ -103,7 +104,9 @@ def test_answer_tagged_markdown_becomes_the_prediction_prompt_and_the_question_s
     assert answer.source == exercises.answer_pointer("01_demo.ipynb") == (
         "*Your prediction, then compare with the output above.* The answer: [`solutions/01_demo.ipynb`]"
         "(../solutions/01_demo.ipynb), the cell right after this question's code cell.")
-    assert exercises.answer_pointer("fa/01_demo.ipynb").count("](../../solutions/fa/01_demo.ipynb)") == 1
+    persian = exercises.answer_pointer("fa/01_demo.ipynb")
+    assert persian.count("](../../solutions/fa/01_demo.ipynb)") == 1
+    assert persian.startswith(exercises.ANSWER_PLACEHOLDER_FA) and "answer" not in persian.lower()
     assert answer.metadata["tags"] == ["nbval-ignore-output", "answer"]
     assert question.source.startswith("**Predict before you run:**")
     assert nb.cells[0].source == "# Title"  # untagged markdown is left alone
@@ -172,3 +175,32 @@ def test_names_limit_what_is_written(tmp_path):
     assert sorted(p.name for p in (tmp_path / "exercises").iterdir()) == ["02_other.ipynb"]
     assert exercises.out_of_date(tmp_path, ["02_other"]) == []
     assert exercises.out_of_date(tmp_path) == ["exercises/01_demo.ipynb: missing"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "exercises").glob("**/[0-9][0-9]_*.ipynb")),
+                         ids=lambda p: str(p.relative_to(ROOT / "exercises")))
+def test_every_exercise_notebook_writes_under_the_students_folder(path):
+    """Issue 28: a student's run leaves `git status` clean. The first code cell sends every write
+    (exercise 05's temperature.json and skill file) to exercises/my-outputs/, which git ignores."""
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert cells[0].source.startswith(exercises.STUDENT_OUTPUTS)
+    assert all(exercises.STUDENT_OUTPUTS not in c.source for c in cells[1:])
+    solution = ROOT / "solutions" / path.relative_to(ROOT / "exercises")  # negative control: the instructor's
+    assert exercises.STUDENT_OUTPUTS not in solution.read_text(encoding="utf-8")  # run writes outputs/
+
+
+def test_use_student_outputs_moves_writes_out_of_the_tracked_outputs(monkeypatch):
+    from lessonlib import paths
+    from lessonlib.course import skill
+    monkeypatch.delenv("LESSONLIB_OUTPUTS", raising=False)
+    assert paths.outputs() == ROOT / "outputs"  # the default, for the instructor's run
+    exec(exercises.STUDENT_OUTPUTS, {})  # what the exercise notebook's first cell does
+    assert paths.outputs() == paths.STUDENT_OUTPUTS == ROOT / "exercises" / "my-outputs"
+    for written in (skill.MEASUREMENTS, skill.SKILL_FILE):
+        assert paths.STUDENT_OUTPUTS in written.parents and (ROOT / "outputs") not in written.parents
+    written = paths.STUDENT_OUTPUTS / "benchmarks" / "temperature.json"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(written)], cwd=ROOT, check=False)
+    if (ROOT / ".git").exists():
+        assert ignored.returncode == 0, "exercises/my-outputs/ must be in .gitignore"
+    monkeypatch.setenv("LESSONLIB_OUTPUTS", "/tmp/elsewhere")  # a folder already chosen wins (the tests')
+    assert paths.use_student_outputs() == pathlib.Path("/tmp/elsewhere")

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from lessonlib.course import translate
+from lessonlib.course import exercises, translate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "python -m lessonlib.course.translate"
@@ -291,7 +291,8 @@ def test_persian_exercises_come_from_the_persian_solutions(course):
     translate.build(course)
     nb = nbformat.read(course / "exercises" / "fa" / "01_demo.ipynb", as_version=4)
     assert nb.cells[0].source.startswith('<div dir="rtl" lang="fa">\n\n# نمونه')
-    assert nb.cells[1].source == 'def f():\n    raise NotImplementedError("exercise 1a: return 42")'
+    stub = 'def f():\n    raise NotImplementedError("exercise 1a: return 42")'
+    assert nb.cells[1].source == exercises.STUDENT_OUTPUTS + stub
     assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
     assert nb.metadata["lessonlib"] == {"generated_from": "solutions/fa/01_demo.ipynb",
                                         "regenerate_with": translate.BUILD}
