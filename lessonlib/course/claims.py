@@ -1,0 +1,166 @@
+"""Claims that check themselves: a sentence about a measured result, stated where it is measured.
+
+A notebook states a finding once, in the code cell that measured it, as a condition on this
+run's values, and prints it with them:
+
+    claim("draft-kl's α ({kl:.3f}) is above draft-ce's ({ce:.3f})", kl > ce, kl=kl, ce=ce)
+    # draft-kl's α (0.577) is above draft-ce's (0.551) — holds here
+    # ... or: ... — does not hold here: measured kl = 0.531, ce = 0.551
+
+so a student's re-run says whether the conclusion still holds on their machine, and the prose
+cannot drift from the run. The sentence is one template string (placeholders are the names of
+``values``), so a later catalogue can translate it as one source string.
+
+Comparisons of measured spreads go through ``Interval``: ``a > b`` holds only when a's whole
+interval lies above b's, so "faster" cannot be printed as holding while the intervals overlap.
+"""
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any, Mapping
+
+import numpy as np
+
+HOLDS = "holds here"
+FAILS = "does not hold here"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A measured value with its spread: median and [low, high] (an IQR or a bootstrap interval).
+
+    Ordering is strict and interval-wise: ``a > b`` means a.low > b.high (a lies wholly above
+    b), ``a < b`` means a.high < b.low; against a plain number x, ``a > x`` means a.low > x.
+    Overlapping intervals are neither above nor below each other (``a.overlaps(b)``).
+    """
+
+    median: float
+    low: float
+    high: float
+    unit: str = ""
+
+    def __post_init__(self):
+        for name in ("median", "low", "high"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+                raise ValueError(f"Interval {name} must be a finite number, got {value!r}")
+        if not self.low <= self.median <= self.high:
+            raise ValueError(f"Interval needs low <= median <= high, got {self.low!r}, {self.median!r}, {self.high!r}")
+
+    @classmethod
+    def of(cls, summary: Mapping[str, Any], unit: str = "") -> "Interval":
+        """From a ``measures.summary`` dict ({"median", "q25", "q75", ...}) or a record cell."""
+        if not isinstance(summary, Mapping) or not {"median", "q25", "q75"} <= set(summary):
+            raise ValueError(f"summary must be a mapping with median, q25 and q75 (measures.summary), got {summary!r}")
+        return cls(float(summary["median"]), float(summary["q25"]), float(summary["q75"]), unit)
+
+    def _bounds(self, other) -> tuple[float, float]:
+        if isinstance(other, Interval):
+            return other.low, other.high
+        if isinstance(other, Real) and not isinstance(other, bool) and math.isfinite(other):
+            return float(other), float(other)
+        raise ValueError(f"an Interval compares with an Interval or a finite number, got {other!r}")
+
+    def __gt__(self, other) -> bool:
+        return self.low > self._bounds(other)[1]
+
+    def __lt__(self, other) -> bool:
+        return self.high < self._bounds(other)[0]
+
+    def __ge__(self, other):  # "at least" over intervals is not one idea: refuse rather than guess
+        raise TypeError("Interval supports > and < (wholly above / below) and overlaps(), not >= or <=")
+
+    __le__ = __ge__
+
+    def overlaps(self, other) -> bool:
+        """True when the two intervals (or the interval and the number) share a point."""
+        low, high = self._bounds(other)
+        return self.low <= high and low <= self.high
+
+    def __format__(self, spec: str) -> str:
+        spec = spec or ".2f"
+        return f"{self.median:{spec}}{self.unit} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
+def order(a: Interval, b: Interval) -> str:
+    """'above', 'below' or 'overlaps': where interval a lies against b (the word a sentence may use)."""
+    if not isinstance(a, Interval) or not isinstance(b, Interval):
+        raise ValueError(f"order needs two Intervals, got {a!r} and {b!r}")
+    return "above" if a > b else "below" if a < b else "overlaps"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checked sentence: the template, this run's values, whether it holds, the printed line."""
+
+    sentence: str
+    values: Mapping[str, Any]
+    holds: bool
+    text: str
+
+    def __bool__(self) -> bool:
+        return self.holds
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _fields(sentence: str) -> list[tuple[str, str]]:
+    """[(name, format spec)] of the template's placeholders; only plain names are allowed."""
+    try:
+        parsed = list(string.Formatter().parse(sentence))
+    except ValueError as error:
+        raise ValueError(f"sentence is not a valid template ({error}): {sentence!r}") from None
+    fields = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or conversion:
+            raise ValueError(f"sentence placeholders must be plain names such as {{alpha:.3f}}, got {{{name}}}")
+        fields.append((name, spec or ""))
+    return fields
+
+
+def _check_value(name: str, value: Any) -> None:
+    if isinstance(value, Real) and not isinstance(value, bool) and not math.isfinite(value):
+        raise ValueError(f"value {name} must be finite, got {value!r}")
+
+
+def _as_bool(holds: Any) -> bool:
+    """A bool (numpy's too); anything else is a mistake: an array, a number, a string, None."""
+    if isinstance(holds, (bool, np.bool_)):
+        return bool(holds)
+    raise ValueError(f"holds must be a bool (the condition on this run's values), got {holds!r}")
+
+
+def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Claim:
+    """State ``sentence`` (a template over ``values``) with this run's numbers and whether it holds.
+
+    sentence: one template string, e.g. "the tree ({tree}) is faster than the chain ({chain})";
+        every placeholder names a keyword in ``values``, with an optional format spec.
+    holds: the condition on those values, a bool (for spreads: ``Interval`` comparisons).
+    show: print the line (a notebook cell); False only builds it (a test).
+    Returns a ``Claim``: truthy when it holds; ``.text`` is the printed line.
+    """
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise ValueError(f"sentence must be a non-empty template string, got {sentence!r}")
+    fields = _fields(sentence)
+    missing = sorted({name for name, _ in fields} - set(values))
+    if missing:
+        raise ValueError(f"sentence names {', '.join(missing)}, which values does not give")
+    for name, value in values.items():
+        _check_value(name, value)
+    ok = _as_bool(holds)
+    text = sentence.format(**values)
+    if ok:
+        line = f"{text} — {HOLDS}"
+    else:
+        specs = dict(fields)
+        measured = ", ".join(f"{name} = {value:{specs.get(name, '')}}" for name, value in values.items())
+        line = f"{text} — {FAILS}: measured {measured}"
+    if show:
+        print(line)
+    return Claim(sentence, dict(values), ok, line)

@@ -1,0 +1,119 @@
+"""Claims that check themselves (lessonlib.course.claims): a claim that must fail does, a
+comparison word is never printed as holding while the intervals overlap, bad input is refused."""
+import itertools
+
+import numpy as np
+import pytest
+
+from lessonlib.course import claims
+from lessonlib.course.claims import Interval, claim, order
+from lessonlib.decoding import measures
+
+
+def test_a_claim_that_holds_prints_this_runs_numbers_and_says_so(capsys):
+    c = claim("draft-kl's α ({kl:.3f}) is above draft-ce's ({ce:.3f})", 0.577 > 0.551, kl=0.577, ce=0.551)
+    assert capsys.readouterr().out == "draft-kl's α (0.577) is above draft-ce's (0.551) — holds here\n"
+    assert c and c.holds and c.values == {"kl": 0.577, "ce": 0.551}
+    assert c.sentence == "draft-kl's α ({kl:.3f}) is above draft-ce's ({ce:.3f})"  # one source string
+
+
+def test_a_claim_that_must_fail_does_and_prints_what_was_measured(capsys):
+    kl, ce = 0.531, 0.551
+    c = claim("draft-kl's α ({kl:.3f}) is above draft-ce's ({ce:.3f})", kl > ce, kl=kl, ce=ce)
+    out = capsys.readouterr().out
+    assert not c and not c.holds
+    assert "holds here" not in out and "does not hold here: measured kl = 0.531, ce = 0.551" in out
+    assert str(c) + "\n" == out
+
+
+def test_show_false_builds_the_line_without_printing(capsys):
+    c = claim("{n} of {total} agree", True, show=False, n=30, total=30)
+    assert capsys.readouterr().out == "" and c.text == "30 of 30 agree — holds here"
+
+
+def test_numpy_bools_are_conditions():
+    a = np.array([0.2, 0.3])
+    assert claim("all below {x}", bool((a < 0.5).all()), show=False, x=0.5)
+    assert not claim("all below {x}", np.all(a < 0.25), show=False, x=0.25)
+
+
+def test_interval_order_is_strict_over_the_whole_interval():
+    a, b = Interval(1.6, 1.5, 1.7), Interval(1.3, 1.2, 1.4)
+    assert a > b and b < a and not (a < b) and not (b > a)
+    touching = Interval(1.45, 1.4, 1.5)  # shares the point 1.4 with b
+    assert not touching > b and not b < touching and touching.overlaps(b)
+    assert order(a, b) == "above" and order(b, a) == "below" and order(touching, b) == "overlaps"
+    assert Interval(1.2, 1.05, 1.3) > 1.0 and not Interval(1.2, 0.95, 1.3) > 1.0 and Interval(0.8, 0.7, 0.9) < 1.0
+
+
+def test_overlapping_intervals_never_print_a_comparison_word_as_holding():
+    """Every pair of overlapping intervals on a grid, both ways round: the 'faster' claim fails."""
+    ends = [1.0, 1.2, 1.4, 1.6]
+    intervals = [Interval((lo + hi) / 2, lo, hi, "×") for lo, hi in itertools.combinations(ends, 2)]
+    checked = 0
+    for a, b in itertools.permutations(intervals, 2):
+        if not a.overlaps(b):
+            continue
+        for sentence, holds in (("A ({a}) is faster than B ({b})", a > b), ("A ({a}) is slower than B ({b})", a < b)):
+            c = claim(sentence, holds, show=False, a=a, b=b)
+            assert not c and "holds here" not in c.text.replace("does not hold here", ""), c.text
+            checked += 1
+        assert order(a, b) == "overlaps"
+    assert checked >= 40  # the grid really has overlapping pairs
+
+
+def test_interval_from_a_measured_summary_and_its_format():
+    s = measures.summary([1.2, 1.5, 1.6, 1.7, 2.0])
+    iv = Interval.of(s, "×")
+    assert (iv.median, iv.low, iv.high) == (s["median"], s["q25"], s["q75"])
+    assert f"{iv:.2f}" == measures.fmt_spread(s, 2, "×", count=False) == "1.60× [1.50, 1.70]"
+    assert claim("speedup {s:.2f}", iv > 1.0, show=False, s=iv).text == "speedup 1.60× [1.50, 1.70] — holds here"
+
+
+@pytest.mark.parametrize("sentence, holds, values, word", [
+    ("", True, {}, "sentence"),
+    (None, True, {}, "sentence"),
+    ("alpha {a}", True, {}, "values does not give"),  # a placeholder with no value
+    ("alpha {0}", True, {"a": 1}, "plain names"),  # positional placeholder
+    ("alpha {a.real}", True, {"a": 1}, "plain names"),
+    ("alpha {a!r}", True, {"a": 1}, "plain names"),
+    ("alpha {a", True, {"a": 1}, "template"),
+    ("alpha {a}", 1, {"a": 1}, "holds must be a bool"),  # a number is not a condition
+    ("alpha {a}", "yes", {"a": 1}, "holds must be a bool"),
+    ("alpha {a}", None, {"a": 1}, "holds must be a bool"),
+    ("alpha {a}", np.array([True, False]), {"a": 1}, "holds must be a bool"),
+    ("alpha {a}", True, {"a": float("nan")}, "value a must be finite"),
+])
+def test_bad_claims_are_refused(sentence, holds, values, word):
+    with pytest.raises(ValueError, match=word):
+        claim(sentence, holds, show=False, **values)
+
+
+@pytest.mark.parametrize("args, word", [
+    ((1.0, 1.2, 1.4), "low <= median <= high"),
+    ((1.0, float("nan"), 1.4), "low must be a finite"),
+    ((1.0, 0.9, float("inf")), "high must be a finite"),
+    (("1", 0.9, 1.1), "median must be a finite"),
+    ((True, 0.0, 1.0), "median must be a finite"),
+])
+def test_bad_intervals_are_refused(args, word):
+    with pytest.raises(ValueError, match=word):
+        Interval(*args)
+
+
+def test_bad_comparisons_are_refused():
+    a = Interval(1.0, 0.9, 1.1)
+    with pytest.raises(ValueError, match="summary must be a mapping"):
+        Interval.of({"median": 1.0})
+    with pytest.raises(ValueError, match="compares with an Interval or a finite number"):
+        a > "1"  # noqa: B015
+    with pytest.raises(ValueError, match="finite number"):
+        a < float("nan")  # noqa: B015
+    with pytest.raises(TypeError, match="not >= or <="):
+        a >= a  # noqa: B015
+    with pytest.raises(ValueError, match="two Intervals"):
+        order(a, 1.0)
+
+
+def test_the_printed_words_are_the_modules():
+    assert claims.HOLDS == "holds here" and claims.FAILS == "does not hold here"
