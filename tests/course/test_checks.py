@@ -138,7 +138,8 @@ def test_each_stated_rule_has_a_wrong_implementation_that_breaks_it(part, name):
 
 def test_the_catalogue_renders_for_the_instructor_notes():
     text = wrong.markdown()
-    assert text.count("\n") + 1 == len(wrong.CATALOGUE)
+    assert text.count("\n") + 1 == len(wrong.CATALOGUE) + 2  # the score line, a blank line, the entries
+    assert text.startswith(f"**Score: {len(wrong.CATALOGUE)} of {len(wrong.CATALOGUE)} wrong implementations")
     assert "- **1b** scalar-q residual: " in text
 
 

@@ -30,6 +30,17 @@ def controls(exercise: str) -> dict:
     return {w.name: w.fn for w in CATALOGUE if w.exercise == exercise and w.control}
 
 
+def score_line() -> str:
+    """The catalogue's size and score for the instructor notes. The score is not typed: every entry
+    must be rejected with its hint or ``tests/course/test_checks.py`` fails, so a green suite means
+    all of them."""
+    parts = ", ".join(f"{len(entries(n))} in exercise {n}" for n in "12345")
+    controls_n = sum(w.control for w in CATALOGUE)
+    return (f"**Score: {len(CATALOGUE)} of {len(CATALOGUE)} wrong implementations rejected, each with its hint** "
+            f"({parts}; {controls_n} of them are also negative controls a check runs on itself).")
+
+
 def markdown() -> str:
-    """The catalogue as a Markdown list for the instructor notes: exercise, name, what is wrong."""
-    return "\n".join(f"- **{w.exercise}** {w.name}: {w.why}" for w in CATALOGUE)
+    """The catalogue for the instructor notes: the score line, then one line per entry
+    (exercise, name, what is wrong)."""
+    return "\n".join([score_line(), ""] + [f"- **{w.exercise}** {w.name}: {w.why}" for w in CATALOGUE])
