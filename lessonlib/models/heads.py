@@ -165,20 +165,30 @@ def eagle_unroll(head: EagleHead, target: GPT, x, h, steps=1):
     return out
 
 
-def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1):
-    """Per-step losses (forward KL to the target + REG_WEIGHT * smooth-L1 to its feature) and
-    top-1 agreements with the target, over the positions where each step is meaningful."""
+def tempered_fkl(student, teacher, temperatures=(1.0,)):
+    """Forward KL(p_T || q_T) averaged over the sampling ``temperatures`` (both tempered alike).
+    One temperature, 1, matches the distributions; several weight the regions each T samples
+    from (T < 1 the head of p, T > 1 its tail)."""
+    if not temperatures:
+        raise ValueError("temperatures must name at least one temperature, got ()")
+    return sum(distillation_loss(student, teacher, "fkl", temperature=t) for t in temperatures) / len(temperatures)
+
+
+def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1, temperatures=(1.0,)):
+    """Per-step losses (forward KL to the target, ``tempered_fkl``, + REG_WEIGHT * smooth-L1 to
+    its feature) and top-1 agreements with the target, over the positions where each step is
+    meaningful."""
     teacher, h_next = t_logits[:, 1:].float(), h[:, 1:].float()
     losses, agree = [], []
     for j, (logits, g) in enumerate(eagle_unroll(head, target, x, h, ttt_steps)):
         student, t = logits[:, j:].float(), teacher[:, j:]
-        losses.append(distillation_loss(student, t, "fkl")
+        losses.append(tempered_fkl(student, t, temperatures)
                       + REG_WEIGHT * F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))
         agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
     return losses, agree
 
 
-def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_steps=3):
+def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_steps=3, temperatures=(1.0,)):
     """EAGLE-3's losses: forward KL to the target per unroll step (direct token prediction, no
     feature regression) and top-1 agreements; step 0 reads the fused features."""
     fused = head.fuse(h_layers.to(head.fuse.weight.dtype))
@@ -186,19 +196,19 @@ def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_step
     losses, agree = [], []
     for j, (logits, _) in enumerate(eagle_unroll(head, target, x, fused, ttt_steps)):
         student, t = logits[:, j:].float(), teacher[:, j:]
-        losses.append(distillation_loss(student, t, "fkl"))
+        losses.append(tempered_fkl(student, t, temperatures))
         agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
     return losses, agree
 
 
-def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h):
+def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h, temperatures=(1.0,)):
     """Per-head losses and agreements: head k at s vs the target's distribution of x_{s+2+k}."""
     logits = heads(target, h)
     losses, agree = [], []
     for k in range(heads.n_heads):
         shift = k + 1
         student, teacher = logits[k, :, :-shift].float(), t_logits[:, shift:].float()
-        losses.append(distillation_loss(student, teacher, "fkl"))
+        losses.append(tempered_fkl(student, teacher, temperatures))
         agree.append((student.argmax(-1) == teacher.argmax(-1)).float().mean())
     return losses, agree
 

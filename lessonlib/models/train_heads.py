@@ -3,6 +3,7 @@
     python -m lessonlib.models.train_heads both    # EAGLE and Medusa
     python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE with the training-time test alone
     python -m lessonlib.models.train_heads all     # EAGLE, EAGLE-3 and Medusa on one target forward per batch
+    python -m lessonlib.models.train_heads all --temperatures 0.7 1 1.5   # the KL averaged over sampling temperatures
 
 Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
 the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
@@ -34,8 +35,10 @@ class Trainee(nn.Module):
     """The heads trained together on one target forward per batch (the forward dominates the
     cost, so training EAGLE and Medusa at once halves it)."""
 
-    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT):
+    def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT,
+                 temperatures=(1.0,)):
         super().__init__()
+        self.temperatures = tuple(float(t) for t in temperatures)  # the forward KL is averaged over these
         if eagle3_ttt < 2:
             raise ValueError("eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), "
                              f"got {eagle3_ttt!r}")
@@ -57,11 +60,11 @@ class Trainee(nn.Module):
         out = {}
         for kind, head in self.heads.items():
             if kind == "eagle":
-                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps)
+                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps, self.temperatures)
             elif kind == "eagle3":  # EAGLE-3 always trains with the training-time test
-                out[kind] = eagle3_losses(head, target, x, t_logits, fused, self.eagle3_ttt)
+                out[kind] = eagle3_losses(head, target, x, t_logits, fused, self.eagle3_ttt, self.temperatures)
             else:
-                out[kind] = medusa_losses(head, target, t_logits, h)
+                out[kind] = medusa_losses(head, target, t_logits, h, self.temperatures)
         return out
 
 
@@ -91,15 +94,17 @@ def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=
 
 
 def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
-                seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False):
+                seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False,
+                temperatures=(1.0,)):
     """Train EAGLE and/or Medusa heads on the frozen shipped target; save each as
     ``{kind}{suffix}`` and return {kind: meta}. ``resume``: start from those checkpoints (a new
-    learning-rate schedule; steps, tokens and seconds add up in the metadata)."""
+    learning-rate schedule; steps, tokens and seconds add up in the metadata). ``temperatures``:
+    the forward KL to the target is averaged over these sampling temperatures (``heads.tempered_fkl``)."""
     target = load(target_name, device, directory)
     for p in target.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)
-    model = Trainee(target.config, kinds, n_heads, ttt_steps).to(target.device)
+    model = Trainee(target.config, kinds, n_heads, ttt_steps, temperatures=temperatures).to(target.device)
     before = {kind: {} for kind in kinds}
     if resume:
         for kind, head in model.heads.items():
@@ -118,6 +123,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
             "n_heads": n_heads if kind == "medusa" else None,
             "ttt_steps": {"eagle": ttt_steps, "eagle3": model.eagle3_ttt}.get(kind),
             "trained_with": list(kinds),
+            "loss_temperatures": list(model.temperatures),
             "params": sum(p.numel() for p in head.parameters()),
             **run_metadata(state, steps, batch_size, target.device, seed, before[kind]),
             "heldout_top1_agreement_by_depth": agreement[kind],
@@ -143,13 +149,16 @@ def main(argv=None):
                         help="checkpoint name suffix, e.g. -ttt")
     parser.add_argument("--target", default="target", help="the frozen target the heads read")
     parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
+    parser.add_argument("--temperatures", type=cli.number(0, 10, low_open=True), nargs="+", default=[1.0],
+                        help="average the forward KL over these sampling temperatures (default: 1)")
     parser.add_argument("--seed", type=cli.nonnegative_int, default=0)
     parser.add_argument("--device", type=cli.device, default=None)
     args = parser.parse_args(argv)
     kinds = KINDS[args.kind]
     started = time.time()
     metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed,
-                        args.device, target_name=args.target, suffix=args.suffix, resume=args.resume)
+                        args.device, target_name=args.target, suffix=args.suffix, resume=args.resume,
+                        temperatures=args.temperatures)
     for meta in metas.values():
         print({k: meta[k]
                for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})

@@ -57,6 +57,8 @@ CASES = {
     "train_heads --batch 0": (train_heads.main, ["eagle", "--batch", "0"], {}, "--batch"),
     "train_heads --suffix ../x": (train_heads.main, ["eagle", "--suffix", "../x"], {}, "--suffix"),
     "train_heads --lr -1": (train_heads.main, ["eagle", "--lr", "-1"], {}, "--lr"),
+    "train_heads --temperatures 0": (train_heads.main, ["eagle", "--temperatures", "1", "0"], {}, "--temperatures"),
+    "train_heads --temperatures nan": (train_heads.main, ["eagle", "--temperatures", "nan"], {}, "--temperatures"),
 }
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from lessonlib.models import GPT, GPTConfig
 from lessonlib.models.heads import (REG_WEIGHT, Eagle3Head, EagleHead, MedusaHeads, eagle3_losses, eagle_losses,
-                                    medusa_losses)
+                                    medusa_losses, tempered_fkl)
 from lessonlib.models.mtp import LAMBDA_EARLY, LAMBDA_LATE, TargetWithMTP, mtp_losses, mtp_train_step
 from lessonlib.models.steps import autocast
 from lessonlib.models.train_heads import Trainee, _step
@@ -142,3 +142,29 @@ def test_head_trainer_feeds_eagle_the_top_block_when_eagle3_trains_beside_it():
         t_logits, h = target(x, return_hidden=True)
         alone = eagle_losses(model.heads["eagle"], target, x, t_logits, h, 1)[0][0]
     assert losses["eagle"][0][0].item() == pytest.approx(alone.item(), rel=1e-6)
+
+
+def test_tempered_fkl_averages_the_forward_kl_over_the_sampling_temperatures():
+    torch.manual_seed(5)
+    student, teacher = 3 * torch.randn(6, 11, dtype=torch.double), 3 * torch.randn(6, 11, dtype=torch.double)
+    by_hand = [forward_kl(student / t, teacher / t).item() for t in (0.7, 1.0, 1.5)]
+    assert tempered_fkl(student, teacher).item() == pytest.approx(by_hand[1], rel=1e-6)
+    assert tempered_fkl(student, teacher, (0.7, 1.0, 1.5)).item() == pytest.approx(sum(by_hand) / 3, rel=1e-6)
+    assert len({round(v, 6) for v in by_hand}) == 3  # the temperatures weigh differently: a dropped T shows
+    assert tempered_fkl(teacher, teacher, (0.5, 2.0)).item() == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="temperatures"):
+        tempered_fkl(student, teacher, ())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kinds", [("eagle",), ("eagle3",), ("medusa",)])
+def test_head_trainer_passes_its_temperatures_to_every_kind(kinds):
+    torch.manual_seed(0)
+    target = tiny_target()
+    x, _, _ = batch()
+    values = []
+    for temps in ((1.0,), (0.5, 2.0)):
+        torch.manual_seed(7)  # the same heads
+        model = Trainee(CONFIG, kinds=kinds, n_heads=2, ttt_steps=1, eagle3_ttt=2, temperatures=temps).double()
+        values.append(model.losses(target, x)[kinds[0]][0][0].item())
+    assert values[0] != pytest.approx(values[1], rel=1e-3)
