@@ -34,8 +34,9 @@ from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.timing import pass_times
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models import GPT, GPTConfig, can_pack, load
+from lessonlib.models import GPT, can_pack, load
 from lessonlib.models.heads import load_head
+from lessonlib.models.train import TARGET_CONFIG
 
 PASS_SIZES = (1, 2, 5, 9, 17)  # notebook 00's table
 MONOTONE_TOLERANCE = 0.10
@@ -60,9 +61,11 @@ def busy_process(enabled=True):
 
 
 def lesson_model():
-    """Notebook 00's model: the target's shape with random weights, packed like the target."""
+    """Notebook 00's model: the target's shape (``train.TARGET_CONFIG``, 24 x 160) with random
+    weights, packed like the target. (Runs before this fix timed an 8 x 256 model; their
+    results carry no "model" entry.)"""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=2048, block_size=256, n_layer=8, n_head=8, n_embd=256)).eval()
+    model = GPT(TARGET_CONFIG).eval()
     if can_pack(model):
         model.pack_for_cpu()
     return model
@@ -128,6 +131,7 @@ def measure(settings, thread_counts=(1, 2), conditions=("idle", "busy"), budget_
                 with threads.using(n):
                     name = f"{condition}, {n} thread(s)"
                     results[name] = {"condition": condition, "threads": n, "busy_process": busy,
+                                     "model": f"{model.config.n_layer} x {model.config.n_embd}",
                                      **one_condition(m, model, prompts, settings, budget_s)}
                     print(f"{name}: {results[name]['seconds']} s", flush=True)
     return results

@@ -42,7 +42,7 @@ class Interval:
     high: float
     unit: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("median", "low", "high"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
@@ -57,25 +57,25 @@ class Interval:
             raise ValueError(f"summary must be a mapping with median, q25 and q75 (measures.summary), got {summary!r}")
         return cls(float(summary["median"]), float(summary["q25"]), float(summary["q75"]), unit)
 
-    def _bounds(self, other) -> tuple[float, float]:
+    def _bounds(self, other: object) -> tuple[float, float]:
         if isinstance(other, Interval):
             return other.low, other.high
         if isinstance(other, Real) and not isinstance(other, bool) and math.isfinite(other):
             return float(other), float(other)
         raise ValueError(f"an Interval compares with an Interval or a finite number, got {other!r}")
 
-    def __gt__(self, other) -> bool:
+    def __gt__(self, other: object) -> bool:
         return self.low > self._bounds(other)[1]
 
-    def __lt__(self, other) -> bool:
+    def __lt__(self, other: object) -> bool:
         return self.high < self._bounds(other)[0]
 
-    def __ge__(self, other):  # "at least" over intervals is not one idea: refuse rather than guess
+    def __ge__(self, other: object) -> bool:  # "at least" over intervals is not one idea: refuse, not guess
         raise TypeError("Interval supports > and < (wholly above / below) and overlaps(), not >= or <=")
 
     __le__ = __ge__
 
-    def overlaps(self, other) -> bool:
+    def overlaps(self, other: object) -> bool:
         """True when the two intervals (or the interval and the number) share a point."""
         low, high = self._bounds(other)
         return self.low <= high and low <= self.high
