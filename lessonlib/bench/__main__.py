@@ -13,7 +13,8 @@ COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", 
             "profile": "lessonlib.bench.profile", "record": "lessonlib.bench.record",
             "load": "lessonlib.bench.load", "shapes": "lessonlib.bench.shapes", "gpu": "lessonlib.bench.gpu",
             "peers": "lessonlib.bench.peers",  # needs requirements-peers.txt
-            "bandwidth": "lessonlib.bench.bandwidth"}
+            "bandwidth": "lessonlib.bench.bandwidth",
+            "batch": "lessonlib.bench.batch"}  # B sequences at once: speedup against the batch size
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,8 @@
 
 One row per method and setting -- plain decoding and chain drafts at every K from the decode
 benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``), each
-draft kind's best chain and tree at T = 0 and 1 (``kinds.json``, also appended as its table) --
+draft kind's best chain and tree at T = 0 and 1 (``kinds.json``, also appended as its table), plain
+decoding and the best chain at each batch size B (``batch.json``: B sequences at once) --
 with tau, alpha measured while decoding, c, r, the speedup and tokens per second, each the median over prompts with
 its inter-quartile range, the number of prompts, the thread count and the machine. Every
 number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
@@ -23,7 +24,7 @@ from lessonlib.jsonio import read_json
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
 # whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
 QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
-SOURCES = ("decode", "tree", "kinds", "sampled")
+SOURCES = ("decode", "tree", "kinds", "sampled", "batch")
 
 
 def _row(source, report, row, setting) -> dict:
@@ -92,6 +93,13 @@ def _collect(folder: pathlib.Path) -> list[dict]:
         rows += [_row("sampled", report, r | {"method": f"{r['method']} ({r['setting']})"},
                       setting | {"temperature": r["temperature"]})
                  for r in report["rows"] if r["method"] != "plain" and "spread" in r]
+    batch = folder / "batch.json"
+    if batch.exists():  # plain and the best chain at each batch size B (bench.batch)
+        report = _report(batch)
+        s = report["setup"]
+        setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "threads": s.get("threads"),
+                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
+        rows += [_row("batch", report, r, setting | {"batch": r["batch"]}) for r in report["record_rows"]]
     return rows
 
 

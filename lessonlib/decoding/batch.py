@@ -160,21 +160,30 @@ def _check_prompts(target: GPT, prompts: Sequence[Ids], max_new_tokens: int, ext
 def _run(target: GPT, drafter: BatchChainDrafter | None, prompts: list[list[int]], max_new_tokens: int,
          sampling: Sampling, rng: np.random.Generator | None, loop: str,
          k: int | None = None) -> tuple[list[list[int]], DecodeStats]:
-    """A batched prefill (all but each prompt's last token), then ``_round`` until every row has
-    ``max_new_tokens``; a finished row leaves the batch (both caches drop it)."""
+    """A batched prefill, then ``_round`` until every row has ``max_new_tokens``; a finished row
+    leaves the batch (both caches drop it). Plain decoding prefills the whole prompt and takes
+    its first token from the prefill, as ``decode.generate`` (so both time n - 1 steps)."""
     clock = Clock(target.device)
     seqs = [list(p) for p in prompts]
     cache = BatchCache(target, len(seqs))
-    tokens, counts = _padded([s[:-1] for s in seqs])
-    if counts.any():
-        clock("prefill", batched_forward, target, cache, tokens, counts, True)
-    if drafter:
-        drafter.commit(seqs, clock.as_phase("prefill"))
-    live = list(range(len(seqs)))  # each live row's index into prompts
-    emit: list[list[float]] = [[] for _ in seqs]  # per sequence: when each token was emitted
     stats = DecodeStats(loop, sampling.temperature, max_new_tokens * len(seqs), k=k)
+    emit: list[list[float]] = [[] for _ in seqs]  # per sequence: when each token was emitted
+    if drafter:  # the prefill: all but each prompt's last token, the first round's root
+        tokens, counts = _padded([s[:-1] for s in seqs])
+        if counts.any():
+            clock("prefill", batched_forward, target, cache, tokens, counts, True)
+        drafter.commit(seqs, clock.as_phase("prefill"))
+    else:  # plain decoding as ``decode.generate``: the whole prompt, whose last row gives the first token
+        tokens, counts = _padded(seqs)
+        first = _numpy(clock("prefill", batched_forward, target, cache, tokens, counts, True))  # (B, V)
+        for s, e, times in zip(seqs, accept_rows(first[:, None], np.zeros((len(seqs), 0), np.int64), None,
+                                                 sampling, rng), emit):
+            s += e
+            times.append(0.0)
+            stats.record_round(0, 0, False, 0)
+    live = [i for i, (s, p) in enumerate(zip(seqs, prompts)) if len(s) - len(p) < max_new_tokens]
     start = time.perf_counter()
-    while live:
+    while live:  # each round feeds every live row its root (the last committed token) and its drafts
         emitted = _round(target, cache, drafter, [seqs[i] for i in live], sampling, rng, clock)  # grows seqs[i]
         now = time.perf_counter() - start
         for i, e in zip(live, emitted):

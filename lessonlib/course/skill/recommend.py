@@ -232,9 +232,17 @@ def _per_draft(alpha, alphas, coverage, alpha_curve):
     return coverages, curves
 
 
-def _reasons(chosen, temperature, concurrency, k_max, coverage, forward_cost, margin):
+def measured_limit(measured, margin=MARGIN):
+    """The concurrency limit a batched measurement gives: the largest measured B whose best
+    median speedup is >= 1 + margin (0: none). ``measured``: {B: {"speedup": s, "k": K}}, e.g.
+    ``concurrency.measured(report)`` from ``python -m lessonlib.bench batch``."""
+    ok = [int(b) for b, row in measured.items() if row["speedup"] >= 1 + margin]
+    return max(ok) if ok else 0
+
+
+def _reasons(chosen, temperature, concurrency, k_max, coverage, forward_cost, margin, measured=None):
     """Why the chosen draft should not speculate (empty: it should), and the concurrency limit
-    (None without a forward-cost curve)."""
+    (measured when ``measured`` is given, else the model's; None without either)."""
     reasons = []
     if chosen["expected_speedup"] < 1 + margin:
         reasons.append(f"best predicted speedup {chosen['expected_speedup']:.3f} < 1 + margin = {1 + margin:.3f}")
@@ -242,16 +250,18 @@ def _reasons(chosen, temperature, concurrency, k_max, coverage, forward_cost, ma
     if gate is not None and temperature >= gate:
         reasons.append(f"temperature {temperature} >= the gate {gate:.3f} of this draft at K = {chosen['k']}")
     limit = None
-    if forward_cost is not None:
+    if measured:
+        limit = measured_limit(measured, margin)
+    elif forward_cost is not None:
         limit = _concurrency_limit(chosen["alpha"], chosen["c"], k_max, coverage, forward_cost, margin)
-        if concurrency > limit:
-            reasons.append(f"concurrency {concurrency} > limit {limit}")
+    if limit is not None and concurrency > limit:
+        reasons.append(f"concurrency {concurrency} > {'measured ' if measured else ''}limit {limit}")
     return reasons, limit
 
 
 def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, coverage=None,
               forward_cost=None, k_max=16, margin=MARGIN, window=POLICY_DEFAULTS["window"],
-              probe_every=POLICY_DEFAULTS["probe_every"]):
+              probe_every=POLICY_DEFAULTS["probe_every"], measured_concurrency=None):
     """The tuning decision for one workload, as a dict (one cost model: see the module docstring).
 
     alpha, c: acceptance rate (accepted / judged) and cost ratio at this workload's temperature;
@@ -265,6 +275,9 @@ def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, cov
     k_max: K is searched over 1..k_max; ``k_at_cap`` says when the optimum may lie beyond it.
     margin: speculate only if the predicted speedup is >= 1 + margin, also the fallback's
         switch-on threshold; it covers the loop's own work (not in S) and estimation error.
+    measured_concurrency: {B: {"speedup": best median speedup, "k": its K}} measured at batch B
+        (``python -m lessonlib.bench batch``, ``concurrency.measured``): the concurrency limit
+        then comes from it (``measured_limit``), not from the model, and a measured B gives its K.
 
     The gate, break-even alpha and fallback thresholds judge the chain of the chosen K (the
     fallback policy estimates a chain's alpha), priced with r = r(K + 1) at this batch.
@@ -279,7 +292,8 @@ def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, cov
     best = max(candidates, key=lambda name: candidates[name]["expected_speedup"])
     chosen = candidates[best]
     gate = chosen["temperature_gate"]
-    reasons, limit = _reasons(chosen, temperature, concurrency, k_max, coverages[best], forward_cost, margin)
+    reasons, limit = _reasons(chosen, temperature, concurrency, k_max, coverages[best], forward_cost, margin,
+                              measured_concurrency)
     speculate = not reasons
     fallback = _fallback(chosen, margin, window, probe_every)
     k, tau = chosen["k"], chosen["expected_tokens_per_verify"]
@@ -290,6 +304,8 @@ def recommend(alpha, c, temperature=1.0, concurrency=1, *, alpha_curve=None, cov
         "breakeven_alpha": chosen["breakeven_alpha"],
         "breakeven_alpha_best_k": breakeven_alpha_best_k(chosen["c"], k_max, concurrency, forward_cost),
         "temperature_gate": gate, "concurrency_limit": limit, "fallback": fallback,
+        "concurrency_source": "measured" if measured_concurrency else "model" if forward_cost is not None else None,
+        "k_measured_at_concurrency": (measured_concurrency or {}).get(concurrency, {}).get("k"),
         "monitor": {"alpha_expected": chosen["alpha"], "alpha_alert_below": fallback["alpha_off"],
                     "tau_expected": tau, "tau_alert_below": k * chosen["c"] + chosen["r"],  # E at alpha_off
                     "p99_inter_token_latency": "alert if above the same workload's P99 with speculation off"},

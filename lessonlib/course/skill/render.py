@@ -21,7 +21,7 @@ from lessonlib import paths
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core import theory
 from lessonlib.bench import record
-from lessonlib.course.skill import draft_free, kinds_gate, schema, sections, tables
+from lessonlib.course.skill import concurrency, draft_free, kinds_gate, schema, sections, tables
 from lessonlib.course.skill.recommend import (MARGIN, breakeven_alpha_best_k, temperature_gate, verify_cost,
                                               worked_examples)
 from lessonlib.course.skill.tables import K_TABLE_MAX, TABLE_ALPHAS, TABLE_COSTS  # noqa: F401 (re-exported)
@@ -79,12 +79,15 @@ def _sources_and_decision(x):
     ]
 
 
-def build_skill(m, record_rows=()):
+def build_skill(m, record_rows=(), batch=None):
     """Render the skill file (Markdown) from measurements (validated first: ValueError names a bad field)
-    and the table of record's rows (``bench.record.load()``), for the draft-free methods."""
+    and the table of record's rows (``bench.record.load()``), for the draft-free methods. ``batch``:
+    the batched benchmark's report for the concurrency section (None: ``concurrency.load()``, the
+    outputs folder's or the shipped one; ``{}``: none, the section says the gate is the model's)."""
     x = _context(m) | {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
-                       "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows)}
-    parts = sections.SECTIONS + tables.SECTIONS + (_sources_and_decision,)
+                       "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows),
+                       "batch": concurrency.load() if batch is None else batch}
+    parts = sections.SECTIONS + tables.SECTIONS + (concurrency.lines, _sources_and_decision)
     return "\n".join(line for section in parts for line in section(x)) + "\n"
 
 
