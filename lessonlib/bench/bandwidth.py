@@ -23,7 +23,7 @@ from lessonlib.bench.common import machine, markdown_table, parse, parser, promp
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.timing import interleaved, pass_times
-from lessonlib.models import load
+from lessonlib.models import FastGPT, load
 
 SIZES = (1, 6, 16)  # new tokens per forward: a step, a K = 5 chain verify, a 16-node tree
 
@@ -71,7 +71,10 @@ def decode_rates(models: dict, drafts: dict, prompt_list, new_tokens: int, repea
 
 
 def main(argv=None) -> int:
-    args = parse(parser(__doc__), argv)
+    cli = parser(__doc__)
+    cli.add_argument("--compile", action="store_true", help="also measure torch.compile of the fast block")
+    cli.add_argument("--half", action="store_true", help="also measure float16 / bfloat16 weights")
+    args = parse(cli, argv)
     models = {"readable": load("target", "cpu", pack=True, fast=False), "fast": load("target", "cpu", pack=True)}
     weight_bytes = sum(p.numel() * p.element_size() for p in models["fast"].parameters()) \
         - models["fast"].wpe.weight.numel() * 4 + models["fast"].config.n_embd * 4  # one position row read
@@ -85,7 +88,12 @@ def main(argv=None) -> int:
               "bound_ms": {k: 1e3 * weight_bytes / v for k, v in bandwidth.items()},
               "forward_ms": {name: {n: 1e3 * s for n, s in by_n.items()} for name, by_n in steps.items()},
               "fast_gain": {n: steps["readable"][n] / steps["fast"][n] for n in SIZES},
-              "tokens_per_second": rates, "prompts": args.prompts, "new_tokens": args.new_tokens}
+              "tokens_per_second": rates, "prompts": args.prompts, "new_tokens": args.new_tokens,
+              "cpu_half_instructions": cpu_half_flags()}
+    if args.compile:
+        report["compile"] = compile_probe()
+    if args.half:
+        report["half"] = half_probe(prompts("code", args.prompts, args.prompt_len))
     write_report("bandwidth", report, markdown(report))
     print(markdown(report))
     return 0
@@ -105,4 +113,138 @@ def markdown(report: dict) -> str:
             f"Fastest forward after 128 cached tokens, the models taking turns:\n\n{steps}\n\n"
             f"Fast path's gain: {gain}.\n\n{report['prompts']} held-out code prompts x "
             f"{report['new_tokens']} new tokens, greedy, all runs interleaved (same tokens checked):\n\n"
-            f"{rates}\n")
+            f"{rates}\n" + probes_markdown(report))
+
+
+def probes_markdown(report: dict) -> str:
+    """The torch.compile and half-precision sections (``--compile``, ``--half``), when measured."""
+    out = [f"\nCPU instructions for half-precision arithmetic (lscpu flags): "
+           f"{', '.join(report.get('cpu_half_instructions', [])) or 'none (conversions only, or none at all)'}.\n"]
+    if "compile" in report:
+        c = report["compile"]
+        rows = [[name] + [f"{ms:.2f}" for ms in by_n.values()] for name, by_n in c["forward_ms"].items()]
+        out += ["\n## torch.compile (inductor, dynamic shapes) of the fast block\n",
+                f"Compile time from an empty cache (prefill, step, verify): {c['compile_seconds_cold']:.0f} s; "
+                f"largest logit difference {c['max_logit_diff']:.1e}; gain "
+                + ", ".join(f"{g:.2f}x ({n} new)" for n, g in c["gain"].items()) + ".\n",
+                markdown_table(["block", *(f"forward over {n} new (ms)" for n in c["gain"])], rows)]
+    if "half" in report:
+        h = report["half"]
+        rows = [[name, *(f"{ms:.2f}" for ms in h["forward_ms"][name].values()), f"{h['max_logit_diff'][name]:.2g}",
+                 f"{h['greedy_equal_prompts'][name]}/{h['prompts']}"] for name in h["forward_ms"]]
+        out += ["\n## Half-precision weights on the fast path\n",
+                markdown_table(["dtype", "step (ms)", "verify 6 (ms)", "max logit diff vs float32",
+                                f"greedy {h['new_tokens']} tokens = float32's"], rows)]
+    return "\n".join(out) + "\n"
+
+
+def cpu_half_flags() -> list[str]:
+    """The CPU's half-precision flags (Linux ``/proc/cpuinfo``): f16c converts only; avx512_bf16,
+    avx512_fp16 and amx_* compute."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return sorted(f for f in flags if f in ("f16c", "avx512_bf16", "avx512_fp16") or f.startswith("amx"))
+
+
+def operator_profile(model, steps: int = 50, context: int = 128, top: int = 12) -> dict:
+    """Where a one-token step's time goes: ``torch.profiler``'s self CPU time per operator over
+    ``steps`` steps of ``model`` after ``context`` cached tokens, in microseconds per step, the
+    ``top`` largest; ``calls_per_step`` counts every operator call (the profiler adds its own
+    cost to each call, so the total is above the unprofiled step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        cache = model.new_cache()
+        model(torch.randint(model.config.vocab_size, (1, context), generator=gen), cache=cache)
+        idx = torch.randint(model.config.vocab_size, (1, 1), generator=gen)  # (1, 1)
+
+        def step():
+            cache.truncate(context)
+            model(idx, cache=cache)
+
+        for _ in range(5):
+            step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+    ops = sorted(({"op": e.key, "calls_per_step": e.count / steps, "us_per_step": e.self_cpu_time_total / steps}
+                  for e in prof.key_averages()), key=lambda r: -r["us_per_step"])
+    ops = [r for r in ops if not r["op"].startswith("ProfilerStep")]
+    return {"steps": steps, "context": context, "us_per_step": sum(r["us_per_step"] for r in ops),
+            "calls_per_step": sum(r["calls_per_step"] for r in ops), "ops": ops[:top]}
+
+
+def _turns(variants: dict, sizes=(1, 6), rounds: int = 3) -> dict:
+    """{variant: {n: fastest ms}}: ``pass_times`` of the model each variant's callable sets up
+    and returns, the variants taking turns."""
+    best: dict = {name: {n: float("inf") for n in sizes} for name in variants}
+    for _ in range(rounds):
+        for name, apply in variants.items():
+            m = apply()
+            for n, s in pass_times(m, sizes, context=128, repeats=10).items():
+                best[name][n] = min(best[name][n], 1e3 * s)
+    return best
+
+
+def compile_probe(sizes=(1, 6)) -> dict:
+    """``torch.compile`` (inductor, dynamic shapes: the cache length changes every step) of the
+    fast path's block, as notebooks would meet it: the compile time of the first step and of
+    the first verify pass from an empty compile cache, then the steady-state forwards of the
+    compiled and eager blocks taking turns, and the largest logit difference."""
+    import os
+    import tempfile
+
+    model = load("target", "cpu", pack=True)
+    eager = model._block
+    tokens = torch.randint(model.config.vocab_size, (1, 128 + max(sizes)), generator=torch.Generator().manual_seed(0))
+    with tempfile.TemporaryDirectory() as cache_dir, torch.inference_mode():
+        before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # cold: nothing compiled before
+        try:
+            compiled = torch.compile(eager, dynamic=True)
+            model._block = compiled  # type: ignore[method-assign]
+            seconds, logits = {}, {}
+            for name, block in (("compiled", compiled), ("eager", eager)):
+                model._block = block  # type: ignore[method-assign]
+                cache = model.new_cache()
+                start = time.perf_counter()
+                model(tokens[:, :128], cache=cache)  # the prefill compiles too
+                for n in sizes:
+                    logits[name, n] = model(tokens[:, 128 : 128 + n], cache=cache)
+                    cache.truncate(128)
+                seconds[name] = time.perf_counter() - start
+            steady = _turns({"eager": lambda: _with(model, eager), "compiled": lambda: _with(model, compiled)}, sizes)
+        finally:
+            model._block = eager  # type: ignore[method-assign]
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR") if before is None else os.environ.update(
+                TORCHINDUCTOR_CACHE_DIR=before)
+    return {"compile_seconds_cold": seconds["compiled"] - seconds["eager"], "forward_ms": steady,
+            "gain": {n: steady["eager"][n] / steady["compiled"][n] for n in sizes},
+            "max_logit_diff": max(float((logits["compiled", n] - logits["eager", n]).abs().max()) for n in sizes)}
+
+
+def _with(model, block):
+    model._block = block
+    return model
+
+
+def half_probe(prompt_list, new_tokens: int = 32) -> dict:
+    """float16 and bfloat16 weights and activations on the fast path against float32: the
+    forwards taking turns, the largest logit difference over 120 held-out tokens, and on how many
+    prompts greedy decoding of ``new_tokens`` gives float32's tokens."""
+    fp32 = load("target", "cpu", pack=True)
+    models = {"float32": fp32} | {name: FastGPT.from_gpt(load("target", "cpu").to(dtype))
+                                  for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16))}
+    tokens = torch.tensor([prompts("code", 1, 120)[0]])
+    with torch.inference_mode():
+        want = fp32(tokens, cache=fp32.new_cache())
+        diff = {name: float((m(tokens, cache=m.new_cache()).float() - want).abs().max()) for name, m in models.items()}
+    greedy = {name: [generate(m, p, new_tokens)[0] for p in prompt_list] for name, m in models.items()}
+    steady = _turns({name: (lambda m=m: m) for name, m in models.items()})
+    return {"forward_ms": steady, "max_logit_diff": diff, "new_tokens": new_tokens,
+            "greedy_equal_prompts": {name: sum(a == b for a, b in zip(g, greedy["float32"]))
+                                     for name, g in greedy.items()}, "prompts": len(prompt_list)}

@@ -1,112 +1,56 @@
-"""The peer, side by side: ``python -m lessonlib.bench peers`` writes outputs/benchmarks/peers.{json,md}.
+"""The peers, side by side: ``python -m lessonlib.bench peers`` writes outputs/benchmarks/peers.{json,md}.
 
-The shipped GPT is GPT-2's architecture (pre-LayerNorm blocks, learned positions, tanh GELU,
-tied embeddings), so it converts exactly to Hugging Face transformers' ``GPT2LMHeadModel``
-(``to_hf``; the logits agree to about 1e-5). One run on one machine measures, on the same
-held-out code prompts, greedy, batch 1:
+    python -m lessonlib.bench peers [--prompts 5] [--new-tokens 128] [--repeats 3] [--threads 1 2]
 
-* lessonlib: plain decoding (packed target), chain speculative decoding with draft-kl K = 3,
-  and n-gram prompt lookup (``decoding.prompt_lookup``, through the tree loop);
-* Hugging Face: plain ``generate``, assisted generation with the same draft-kl (K = 3,
-  constant schedule, no confidence cut-off) and prompt lookup (``prompt_lookup_num_tokens``).
+The shipped GPT is GPT-2's architecture, so the same weights run in two other engines:
+Hugging Face transformers' ``GPT2LMHeadModel`` (``peer_hf.to_hf``, logits within about 1e-5)
+and llama.cpp on a GGUF file written by the course's own exporter (``models.gguf_export``,
+float32 and float16; ``peer_llama``). One run on one machine measures, on the same held-out code
+prompts, greedy, batch 1, at each thread count:
 
-For every prompt the methods take turns, ``--repeats`` rounds of all six, each method kept
-at its fastest round, so a load spike hits them alike. Every time is the whole call (prefill
-included) over the new tokens, for both libraries; each speedup is over the same library's
-plain decoding of the same prompt. Every output must equal its library's plain greedy output;
-whether the two libraries' greedy outputs agree is recorded per prompt.
+* lessonlib (the fast path, ``models.fast``): plain decoding, chain speculative decoding with
+  draft-kl K = 3, and n-gram prompt lookup (``decoding.prompt_lookup``, through the tree loop);
+* Hugging Face: plain ``generate``, assisted generation with the same draft (K = 3, constant
+  schedule, no confidence cut-off) and prompt lookup (``prompt_lookup_num_tokens``);
+* llama.cpp (llama-cpp-python): plain decoding of the f32 and f16 GGUF, its own prompt lookup
+  (``LlamaPromptLookupDecoding``) on f16, and the same draft-kl as a draft model (K = 3) on both.
 
-Each library runs as it does by default on a CPU: lessonlib's target packed for oneDNN, Hugging
-Face's as ``torch.nn`` layers; both under the course's thread policy (``lessonlib.threads``:
-``LESSONLIB_THREADS=2`` for two threads). Needs ``pip install -r requirements-peers.txt``
-(transformers, not in the default install).
+For every prompt the methods take turns, ``--repeats`` rounds of all of them, each kept at its
+fastest round, so a load spike hits them alike. Every time is the whole call (prefill included)
+over the new tokens; each speedup is over the same engine's plain decoding of the same prompt.
+Every output must equal its engine's plain greedy output (else exit 1); whether it equals
+lessonlib's plain greedy output is recorded per prompt (float16 weights and other kernels round
+differently). Then ``peer_limits`` measures what limits each engine (one-token step and verify
+passes, c and r, the memory-traffic bound, the per-operator profile of lessonlib's step) and
+checks the targets of issue 27. Engines that are not installed are left out and named
+(``pip install -r requirements-peers.txt``; neither is in the default install).
 """
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+import tempfile
 import time
 
-import torch
-
-from lessonlib.bench import common
+from lessonlib import cli, threads
+from lessonlib.bench import common, peer_hf, peer_limits, peer_llama
+from lessonlib.bench.peer_hf import hf_run, to_hf  # noqa: F401 (the peer test's names)
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
-from lessonlib.models import load
+from lessonlib.models import gguf_export, load
 
 INSTALL = "pip install -r requirements-peers.txt"
-LOOKUP_TOKENS = 10  # Hugging Face's prompt_lookup_num_tokens, and lessonlib's k: the same budget
+LOOKUP_TOKENS = 10  # Hugging Face's prompt_lookup_num_tokens, llama.cpp's num_pred_tokens, lessonlib's k
+K = 3  # draft length of every engine's draft-model row
+DTYPES = ("f32", "f16")
 
 
-def _transformers():
-    try:
-        import transformers
-    except ImportError as err:
-        raise ImportError(f"the peer benchmark needs Hugging Face transformers: {INSTALL}") from err
-    return transformers
-
-
-def to_hf(model):
-    """The lessonlib GPT as a ``transformers.GPT2LMHeadModel`` with the same weights and dtype
-    (eval mode, on the CPU). GPT-2 stores its linear layers as ``Conv1D`` (weight = our weight transposed)
-    and splits ``c_attn`` into q, k, v in the same order as our ``qkv``."""
-    tf = _transformers()
-    if getattr(model, "packed", False):
-        raise ValueError("model must be unpacked (models.load(name) without pack=True): "
-                         "packed weights are not nn.Linear")
-    c = model.config
-    config = tf.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
-                           n_head=c.n_head, n_inner=4 * c.n_embd, activation_function="gelu_new",
-                           layer_norm_epsilon=1e-5, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                           tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    dtype = model.wte.weight.dtype
-    hf = tf.GPT2LMHeadModel(config).to(dtype)
-    ours = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    state = {"transformer.wte.weight": ours["wte.weight"], "transformer.wpe.weight": ours["wpe.weight"],
-             "transformer.ln_f.weight": ours["ln_f.weight"], "transformer.ln_f.bias": ours["ln_f.bias"],
-             "lm_head.weight": ours["wte.weight"]}
-    names = {"ln_1": "ln_1", "ln_2": "ln_2", "qkv": "attn.c_attn", "proj": "attn.c_proj", "fc": "mlp.c_fc",
-             "fc_out": "mlp.c_proj"}
-    for i in range(c.n_layer):
-        for mine, theirs in names.items():
-            w, b = ours[f"blocks.{i}.{mine}.weight"], ours[f"blocks.{i}.{mine}.bias"]
-            state[f"transformer.h.{i}.{theirs}.weight"] = w if mine.startswith("ln") else w.t().contiguous()
-            state[f"transformer.h.{i}.{theirs}.bias"] = b
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.endswith(".attn.bias") and not k.endswith(".attn.masked_bias")]
-    if missing or unexpected:
-        raise ValueError(f"GPT-2 conversion left weights unset: missing {missing}, unexpected {unexpected}")
-    hf.tie_weights()
-    return hf.eval()
-
-
-def _quiet(hf):
-    """Greedy defaults with no end-of-text token (our vocabulary has none), so every call
-    emits exactly the requested number of tokens."""
-    g = hf.generation_config
-    g.eos_token_id = g.bos_token_id = None
-    g.pad_token_id = 0
-    g.do_sample = False
-    return hf
-
-
-def hf_assistant(draft_hf, k=3):
-    """The draft as Hugging Face's assistant: exactly ``k`` drafts every round (constant
-    schedule, the confidence cut-off off), like lessonlib's chain of K."""
-    g = _quiet(draft_hf).generation_config
-    g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = k, "constant", 0.0
-    return draft_hf
-
-
-@torch.inference_mode()
-def hf_run(model, prompt, new_tokens, **extra):
-    """(new tokens, stats) of one greedy ``model.generate`` call, timed end to end."""
-    idx = torch.tensor([prompt])
-    start = time.perf_counter()
-    out = _quiet(model).generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=new_tokens,
-                                 min_new_tokens=new_tokens, **extra)
-    seconds = time.perf_counter() - start
-    return out[0, len(prompt) :].tolist(), {"seconds": seconds, "seconds_per_token": seconds / new_tokens}
+def installed() -> dict[str, bool]:
+    """Which optional engines this environment has."""
+    return {"HF": importlib.util.find_spec("transformers") is not None,
+            "llama.cpp": all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "gguf"))}
 
 
 def _timed(fn, new_tokens):
@@ -118,100 +62,154 @@ def _timed(fn, new_tokens):
                                    "seconds_per_token": seconds / new_tokens}
 
 
-def methods(target, draft, target_hf, draft_hf, new_tokens):
-    """name -> (library, run(prompt) -> (tokens, stats)); each library's plain comes first."""
-    assistant = hf_assistant(draft_hf)
-    return {
+def prepare(folder: pathlib.Path) -> dict:
+    """The models every engine runs: lessonlib's fast target and draft, their Hugging Face copies
+    (when installed) and their GGUF files in ``folder`` (when llama.cpp is installed)."""
+    have = installed()
+    m: dict = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu", pack=True),
+               "installed": have, "gguf": {}}
+    if have["HF"]:
+        m["target_hf"], m["draft_hf"] = to_hf(load("target", "cpu")), to_hf(load("draft-kl", "cpu"))
+    if have["llama.cpp"]:
+        for name in ("target", "draft-kl"):
+            model = load(name, "cpu")
+            for dtype in DTYPES:
+                m["gguf"][name, dtype] = gguf_export.export(model, folder / f"{name}-{dtype}.gguf", dtype, name)
+    return m
+
+
+def methods(m: dict, n_threads: int, new_tokens: int) -> dict:
+    """name -> (engine, run(prompt) -> (tokens, stats)); each engine's plain comes first."""
+    target, draft = m["target"], m["draft"]
+    table = {
         "lessonlib plain": ("lessonlib", lambda p: _timed(lambda: generate(target, p, new_tokens), new_tokens)),
-        "lessonlib chain, draft-kl K = 3": (
-            "lessonlib", lambda p: _timed(lambda: speculative_generate(target, draft, p, 3, new_tokens), new_tokens)),
-        f"lessonlib prompt lookup (k = {LOOKUP_TOKENS})": (
-            "lessonlib", lambda p: _timed(lambda: lookup_generate(target, p, new_tokens, k=LOOKUP_TOKENS), new_tokens)),
-        "HF plain generate": ("HF", lambda p: hf_run(target_hf, p, new_tokens)),
-        "HF assisted, draft-kl K = 3 constant": (
-            "HF", lambda p: hf_run(target_hf, p, new_tokens, assistant_model=assistant)),
-        f"HF prompt lookup (prompt_lookup_num_tokens = {LOOKUP_TOKENS})": (
-            "HF", lambda p: hf_run(target_hf, p, new_tokens, prompt_lookup_num_tokens=LOOKUP_TOKENS)),
+        f"lessonlib chain, draft-kl K = {K}": ("lessonlib", lambda p: _timed(
+            lambda: speculative_generate(target, draft, p, K, new_tokens), new_tokens)),
+        f"lessonlib prompt lookup (k = {LOOKUP_TOKENS})": ("lessonlib", lambda p: _timed(
+            lambda: lookup_generate(target, p, new_tokens, k=LOOKUP_TOKENS), new_tokens)),
     }
+    if "target_hf" in m:
+        assistant = peer_hf.hf_assistant(m["draft_hf"], K)
+        table |= {
+            "HF plain generate": ("HF", lambda p: hf_run(m["target_hf"], p, new_tokens)),
+            f"HF assisted, draft-kl K = {K} constant": (
+                "HF", lambda p: hf_run(m["target_hf"], p, new_tokens, assistant_model=assistant)),
+            f"HF prompt lookup (prompt_lookup_num_tokens = {LOOKUP_TOKENS})": (
+                "HF", lambda p: hf_run(m["target_hf"], p, new_tokens, prompt_lookup_num_tokens=LOOKUP_TOKENS))}
+    n_ctx = target.config.block_size
+    for dtype in DTYPES if m["gguf"] else ():
+        engine = f"llama.cpp {dtype}"
+        path = m["gguf"]["target", dtype]
+        engines = {f"{engine} plain": peer_llama.engine(path, n_threads, n_ctx),
+                   f"{engine} draft-kl K = {K}": peer_llama.engine(path, n_threads, n_ctx, draft=peer_llama.draft_model(
+                       m["gguf"]["draft-kl", dtype], n_threads, n_ctx, K))}
+        if dtype == "f16":
+            engines[f"{engine} prompt lookup (num_pred_tokens = {LOOKUP_TOKENS})"] = peer_llama.engine(
+                path, n_threads, n_ctx, draft=peer_llama.lookup(LOOKUP_TOKENS))
+        table |= {name: (engine, lambda p, llm=llm: peer_llama.run(llm, p, new_tokens))
+                  for name, llm in engines.items()}
+    return table
 
 
-def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt_len"],
-        new_tokens=common.DEFAULTS["new_tokens"], repeats=common.DEFAULTS["repeats"]):
-    """Per method, per prompt: the fastest of ``repeats`` interleaved turns (``timing.interleaved``),
-    its speedup over its library's plain, and whether its output equals that plain output."""
-    target, draft = load("target", "cpu", pack=True), load("draft-kl", "cpu")
-    target_hf, draft_hf = to_hf(load("target", "cpu")), to_hf(load("draft-kl", "cpu"))
-    table = methods(target, draft, target_hf, draft_hf, new_tokens)
-    prompts = common.prompts("code", n_prompts, prompt_len)
-    for _, fn in table.values():  # warm-up: first calls allocate and pick kernels
-        fn(prompts[0][:16])
-    best = interleaved({name: (lambda i, fn=fn: fn(prompts[i])) for name, (_, fn) in table.items()}, n_prompts,
-                       repeats, seconds=lambda stats: stats["seconds"])  # both libraries' runs: dicts timed end to end
-    plain = {lib: best[next(n for n, (owner, _) in table.items() if owner == lib)] for lib in ("lessonlib", "HF")}
-    results = {}
-    for name, (lib, _) in table.items():
-        other = "HF" if lib == "lessonlib" else "lessonlib"
-        results[name] = [dict(stats, speedup=measures.speedup(plain[lib][i][1]["seconds_per_token"],
-                                                              stats["seconds_per_token"]),
-                              identical_to_plain=out == plain[lib][i][0],
-                              identical_to_other_library_plain=out == plain[other][i][0])
-                         for i, (out, stats) in enumerate(best[name])]
+def run(m: dict, n_threads: int, prompt_list, new_tokens: int, repeats: int) -> tuple[dict, dict]:
+    """(table, results) at ``n_threads`` (torch's and llama.cpp's): per method, per prompt, the
+    fastest of ``repeats`` interleaved turns (``timing.interleaved``), its speedup over its
+    engine's plain, and whether its output equals that plain output and lessonlib's."""
+    with threads.using(n_threads):
+        table = methods(m, n_threads, new_tokens)
+        for _, fn in table.values():  # warm-up: first calls allocate and pick kernels
+            fn(prompt_list[0][:16])
+        best = interleaved({name: (lambda i, fn=fn: fn(prompt_list[i])) for name, (_, fn) in table.items()},
+                           len(prompt_list), repeats, seconds=lambda stats: stats["seconds"])
+    plain = {}
+    for name, (engine, _) in table.items():
+        plain.setdefault(engine, best[name])  # each engine's first row is its plain decoding
+    results = {name: [dict(stats, speedup=measures.speedup(plain[engine][i][1]["seconds_per_token"],
+                                                           stats["seconds_per_token"]),
+                           identical_to_plain=out == plain[engine][i][0],
+                           identical_to_lessonlib_plain=out == plain["lessonlib"][i][0])
+                      for i, (out, stats) in enumerate(best[name])]
+               for name, (engine, _) in table.items()}
     return table, results
 
 
-def summarise(table, results):
+def summarise(table: dict, results: dict, n_threads: int) -> list[dict]:
     rows = []
     for name, runs in results.items():
-        row = {"method": name, "library": table[name][0],
+        row = {"method": name, "engine": table[name][0], "threads": n_threads, "plain": name.endswith(
+                   ("plain", "plain generate")),
                "tokens_per_second": measures.summary([1 / r["seconds_per_token"] for r in runs]),
                "speedup": measures.summary([r["speedup"] for r in runs]),
                "identical": all(r["identical_to_plain"] for r in runs),
-               "identical_across_libraries": sum(r["identical_to_other_library_plain"] for r in runs)}
+               "identical_to_lessonlib": sum(r["identical_to_lessonlib_plain"] for r in runs)}
         if "tau" in runs[0]:
             row["tau"] = measures.summary([r["tau"] for r in runs])
         rows.append(row)
     return rows
 
 
-def markdown(rows, setup):
-    body = [[r["method"], measures.fmt_spread(r["tokens_per_second"], 0),
-             "—" if r["method"].endswith(("plain", "plain generate")) else measures.fmt_spread(r["speedup"], 2, "×"),
-             measures.fmt_spread(r["tau"], 2) if "tau" in r else "", "yes" if r["identical"] else "**no**"]
+def markdown(rows: list[dict], setup: dict, limits: dict) -> str:
+    body = [[r["method"], r["threads"], measures.fmt_spread(r["tokens_per_second"], 0, count=False),
+             "—" if r["plain"] else measures.fmt_spread(r["speedup"], 2, "×", count=False),
+             measures.fmt_spread(r["tau"], 2, count=False) if "tau" in r else "",
+             "yes" if r["identical"] else "**no**", f"{r['identical_to_lessonlib']}/{setup['prompts']}"]
             for r in rows]
-    ours = next(r for r in rows if r["method"].startswith("lessonlib prompt lookup"))["speedup"]["median"]
-    theirs = next(r for r in rows if r["method"].startswith("HF prompt lookup"))["speedup"]["median"]
-    same = min(r["identical_across_libraries"] for r in rows)
+    versions = ", ".join(f"{k} {v}" for k, v in setup["versions"].items())
+    missing = [k for k, v in setup["installed"].items() if not v]
     return "\n".join([
-        f"Peers: {setup['prompts']} held-out code prompts x {setup['new_tokens']} new tokens, greedy, batch 1, "
-        f"{setup['threads']} thread(s), transformers {setup['transformers']}; median [IQR] over prompts, "
-        "each the fastest of its interleaved repeats; time = the whole call, prefill included.", "",
-        common.markdown_table(["method", "tokens/s", "speedup over its own plain", "tau", "output = its plain greedy"],
-                              body), "",
-        f"Prompt lookup speedup: lessonlib {ours:.2f}× vs Hugging Face {theirs:.2f}× (each over its own plain). "
-        f"The two libraries' greedy outputs agree on {same} of {setup['prompts']} prompts "
-        "(the same weights; float32 rounding differs between the two implementations).", ""])
+        "# Peers: lessonlib, Hugging Face and llama.cpp on the same weights", "",
+        f"{setup['prompts']} held-out code prompts x {setup['new_tokens']} new tokens, greedy, batch 1; {versions}; "
+        "median [IQR] over prompts, each the fastest of its interleaved repeats; time = the whole call, prefill "
+        "included; speedup over the same engine's plain decoding of the same prompt."
+        + (f" Not installed, so not measured: {', '.join(missing)} ({INSTALL})." if missing else ""), "",
+        common.markdown_table(["method", "threads", "tokens/s", "speedup over its own plain", "tau",
+                               "output = its plain greedy", "= lessonlib plain"], body), "",
+        peer_limits.markdown(limits), ""])
+
+
+def _versions() -> dict:
+    import torch
+
+    out = {"torch": torch.__version__}
+    for module, name in (("transformers", "transformers"), ("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")):
+        try:
+            out[name] = importlib.import_module(module).__version__
+        except (ImportError, AttributeError):
+            pass
+    return out
 
 
 def main(argv=None):
     parser = common.parser(__doc__, "interleaved turns of all methods per prompt; each keeps its fastest")
-    args = parser.parse_args(argv)
-    tf = _transformers()
-    tf.logging.set_verbosity_error()  # its deprecation notes would bury the table
+    parser.add_argument("--threads", type=cli.positive_int, nargs="+", default=[1, 2],
+                        help="thread counts to measure at, each a separate interleaved run")
+    args = common.parse(parser, argv)
+    if not any(installed().values()):
+        parser.exit(2, f"{parser.prog}: error: no peer engine is installed: {INSTALL}\n")
+    if installed()["HF"]:
+        importlib.import_module("transformers").logging.set_verbosity_error()  # its notes would bury the table
     started = time.time()
-    table, results = run(args.prompts, args.prompt_len, args.new_tokens, args.repeats)
-    rows = summarise(table, results)
+    prompt_list = common.prompts("code", args.prompts, args.prompt_len)
+    rows, per_prompt = [], {}
+    with tempfile.TemporaryDirectory() as folder:
+        m = prepare(pathlib.Path(folder))
+        for n in args.threads:
+            table, results = run(m, n, prompt_list, args.new_tokens, args.repeats)
+            rows += summarise(table, results, n)
+            per_prompt[n] = results
+        limits = peer_limits.measure(m, rows, K, LOOKUP_TOKENS)
     setup = {"prompts": args.prompts, "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens,
-             "repeats": args.repeats, "temperature": 0.0, "corpus": "code (held-out)", "transformers": tf.__version__,
-             "threads": torch.get_num_threads(), "machine": common.machine(),
+             "repeats": args.repeats, "temperature": 0.0, "corpus": "code (held-out)", "threads": args.threads,
+             "installed": m["installed"], "versions": _versions(), "machine": common.machine(),
              "seconds": round(time.time() - started, 1),
              "statistic": "median [IQR] over prompts of the fastest of `repeats` interleaved runs; "
                           "speedup = own plain s/token / method s/token on the same prompt; time includes prefill"}
-    md = markdown(rows, setup)
-    common.write_report("peers", {"setup": setup, "rows": rows, "per_prompt": results}, md)
+    md = markdown(rows, setup, limits)
+    common.write_report("peers", {"setup": setup, "rows": rows, "limits": limits, "per_prompt": per_prompt}, md)
     print(md)
-    bad = [r["method"] for r in rows if not r["identical"]]
+    bad = [f"{r['method']} ({r['threads']} threads)" for r in rows if not r["identical"]]
     if bad:
-        print(f"outputs differ from their library's plain greedy output: {bad}")
+        print(f"outputs differ from their engine's plain greedy output: {bad}")
         return 1
     return 0
 
