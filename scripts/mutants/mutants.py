@@ -29,6 +29,8 @@ TESTS = {  # the test files that speak for a file (first match wins), else the g
                                        "tests/decoding/test_loops.py", "tests/decoding/test_sampled_loops.py"],
     "lessonlib/decoding/measures.py": ["tests/decoding/test_loops.py", "tests/decoding/test_decode.py",
                                        "tests/core/test_toy.py"],
+    "lessonlib/decoding/batch.py": ["tests/decoding/test_batch.py"],
+    "lessonlib/models/batched.py": ["tests/decoding/test_batch.py"],
     "lessonlib/decoding/reference.py": ["tests/core/test_toy.py", "tests/core/test_chain.py",
                                         "tests/decoding/test_reference.py", "tests/decoding/test_sampled_loops.py",
                                         "tests/core/test_validate.py", "tests/test_validation.py",
@@ -598,6 +600,19 @@ MUTANTS += [
      "                choice[shape] = min(measured, key=speed.get)", "bench kinds picks each shape's slowest setting"),
     ("bench", BKINDS, "row[\"c_per_step\"] = row[\"draft_cost_per_round\"] / depth",
      "row[\"c_per_step\"] = row[\"draft_cost_per_round\"] / (depth + 1)", "a tree-loop chain's c divided by K + 1"),
+]
+
+BATCH, BATCHED = "lessonlib/decoding/batch.py", "lessonlib/models/batched.py"
+MUTANTS += [  # the batched loops (issue 31): per-row lengths, masks, rows leaving the batch
+    ("decoding", BATCH, "cache.truncate(start + [len(e) for e in emitted])",
+     "cache.truncate(start + [len(e) - 1 for e in emitted])", "batched commit drops each row's last kept key"),
+    ("decoding", BATCH, "                cache.select(keep)", "                cache.select(keep[::-1])",
+     "finished rows leave the batch but the others' caches are reordered"),
+    ("kv cache", BATCHED, "allowed = torch.arange(end, device=device)[None, None, :] <= pos[:, :, None]",
+     "allowed = torch.arange(end, device=device)[None, None, :] < pos[:, :, None]",
+     "batched mask: a new token does not see itself"),
+    ("kv cache", BATCHED, "    if (starts == starts[0]).all():\n        return None if T == 1",
+     "    if True:\n        return None if T == 1", "batched mask ignores the rows' own lengths"),
 ]
 
 EQUIVALENT = {
