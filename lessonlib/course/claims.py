@@ -159,7 +159,9 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
         line = f"{text} — {HOLDS}"
     else:
         specs = dict(fields)
-        measured = ", ".join(f"{name} = {value:{specs.get(name, '')}}" for name, value in values.items())
+        numbers = {k: v for k, v in values.items() if isinstance(v, (Real, Interval)) and not isinstance(v, bool)}
+        shown = numbers or values  # the measured numbers; labels (a draft's name) are already in the sentence
+        measured = ", ".join(f"{name} = {value:{specs.get(name, '')}}" for name, value in shown.items())
         line = f"{text} — {FAILS}: measured {measured}"
     if show:
         print(line)

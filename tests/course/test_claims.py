@@ -26,6 +26,13 @@ def test_a_claim_that_must_fail_does_and_prints_what_was_measured(capsys):
     assert str(c) + "\n" == out
 
 
+def test_a_failing_claim_lists_the_measured_numbers_not_the_labels():
+    c = claim("{name} at T = {t:g}: speedup {s:.2f} above 1", False, show=False, name="draft-kl", t=0.0, s=0.91)
+    assert c.text.endswith("does not hold here: measured t = 0, s = 0.91"), c.text
+    only_labels = claim("{name} is {kind}", False, show=False, name="a", kind="b")
+    assert only_labels.text.endswith("measured name = a, kind = b")
+
+
 def test_show_false_builds_the_line_without_printing(capsys):
     c = claim("{n} of {total} agree", True, show=False, n=30, total=30)
     assert capsys.readouterr().out == "" and c.text == "30 of 30 agree — holds here"
