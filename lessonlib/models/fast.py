@@ -48,7 +48,15 @@ Layer = tuple[torch.Tensor, ...]
 # addmm on transposed weights gave the rest. Tried and not kept: bfloat16 weights and
 # activations (this CPU has AVX512-BF16): 10.7 / 13.6 / 17.2 ms, slower (oneDNN's fixed cost
 # again), logits off by up to 0.24 and greedy output different on 1 of 5 prompts within 64
-# tokens. torch.compile was not tried (time). ``python -m lessonlib.bench bandwidth`` re-measures.
+# tokens. ``python -m lessonlib.bench bandwidth --compile --half`` re-measures both on the machine at
+# hand (outputs/benchmarks/bandwidth.md, issue 27 item 4; one run on a shared, busy 2-core machine):
+# torch.compile (inductor, dynamic shapes) of ``_block`` compiled in 61 s from an empty cache and ran
+# 0.43x / 0.69x as fast as eager over 1 / 6 new tokens (15.7 / 24.2 ms against 6.7 / 16.7), logits
+# within 9e-6; compiling the whole 24-block loop as one graph took 235 s in a trial and was slower
+# still. Not adopted: it loses, and its compile time alone is over a notebook's 60 s budget. That
+# machine's CPU has f16c (conversions) but no AVX512-BF16/FP16 or AMX arithmetic: float16 and
+# bfloat16 weights ran 3.0x / 2.5x slower per step, logits off by 0.029 / 0.21, greedy 32 tokens equal
+# to float32's on 5/5 and 4/5 prompts -- not adopted either.
 MEASURED = {"addmm_480x160_us": (6.6, 9.5, 18.4), "linear_480x160_us": (11.1, 21.4, 31.5),
             "onednn_480x160_us": (26.9, 32.3, None), "readable_packed_ms": (9.1, 10.7, 13.4),
             "readable_unpacked_ms": (6.3, 8.6, 11.1), "fast_ms": (4.2, 6.2, 7.8), "fast_bf16_ms": (10.7, 13.6, 17.2)}
