@@ -24,13 +24,17 @@ Anything else (a batch, no cache, training) runs the readable ``GPT.forward``. T
 ``matmul`` on the transposed embedding as well. ``models.load(name, pack=True)`` returns a
 ``FastGPT`` (``fast=False`` the readable packed ``GPT``); ``FastGPT.from_gpt(model)`` converts
 a model in memory. ``python -m lessonlib.bench bandwidth`` measures both paths.
+
+The one-block heads (EAGLE, EAGLE-3, MTP) run their block on every draft step through
+``head_block``: the same ``block_step`` on a batch-1 cached call at inference, the readable
+``gpt.one_block`` otherwise (``tests/models/test_fast_heads.py``).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from lessonlib.models.gpt import GPT, KVCache, prefix_mask
+from lessonlib.models.gpt import GPT, Block, KVCache, one_block, prefix_mask
 
 # One block's weights, in the order ``_block`` reads them: ln_1 (w, b), qkv (W.T, b),
 # proj (W.T, b), ln_2 (w, b), fc (W.T, b), fc_out (W.T, b); each W.T (in, out) contiguous
@@ -85,12 +89,7 @@ class FastGPT(GPT):
         (a copy: 4 bytes a weight more). Inference only: the weights stop taking gradients."""
         self.requires_grad_(False)
 
-        def t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
-            return linear.weight.detach().t().contiguous()
-
-        self.fast_layers = [(b.ln_1.weight, b.ln_1.bias, t(b.qkv), b.qkv.bias, t(b.proj), b.proj.bias,
-                             b.ln_2.weight, b.ln_2.bias, t(b.fc), b.fc.bias, t(b.fc_out), b.fc_out.bias)
-                            for b in self.blocks]
+        self.fast_layers = [gather(b) for b in self.blocks]
         self.head_t = self.wte.weight.detach().t().contiguous()  # (C, V): the tied LM head
         self.check_ids = self.device.type != "cpu"  # a CUDA embedding does not raise on a bad id
         return self
@@ -152,17 +151,59 @@ class FastGPT(GPT):
 
     def _block(self, x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int,
                attn: torch.Tensor | None) -> torch.Tensor:
-        """One block over x (T, C) after ``start`` cached positions of this layer's ``kv``
-        (2, H, block_size, D), which gets the new keys/values in place; ``attn`` as in forward."""
-        ln1_w, ln1_b, qkv_t, qkv_b, proj_t, proj_b, ln2_w, ln2_b, fc_t, fc_b, out_t, out_b = layer
-        T, C = x.shape
-        H, end = self.config.n_head, start + T
-        qkv = torch.addmm(qkv_b, F.layer_norm(x, (C,), ln1_w, ln1_b), qkv_t)  # (T, 3C)
-        qkv = qkv.view(T, 3, H, C // H).permute(1, 2, 0, 3)  # (3, H, T, D)
-        kv[:, :, start:end] = qkv[1:]  # the new keys and values: one in-place copy
-        # (1, H, T, D) queries over the (1, H, end, D) cached keys/values
-        y = F.scaled_dot_product_attention(qkv[0:1], kv[0:1, :, :end], kv[1:2, :, :end], attn_mask=attn,
-                                           is_causal=attn is None and T > 1)
-        x = torch.addmm(proj_b, y[0].transpose(0, 1).reshape(T, C), proj_t).add_(x)  # x + proj(y)
-        h = F.gelu(torch.addmm(fc_b, F.layer_norm(x, (C,), ln2_w, ln2_b), fc_t), approximate="tanh")  # (T, 4C)
-        return torch.addmm(out_b, h, out_t).add_(x)  # x + fc_out(h)
+        return block_step(x, layer, kv, start, attn, self.config.n_head)
+
+
+def _t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
+    return linear.weight.detach().t().contiguous()
+
+
+def gather(b: Block) -> Layer:
+    """One block's weights as ``block_step`` reads them (the matrices transposed: a copy)."""
+    return (b.ln_1.weight, b.ln_1.bias, _t(b.qkv), b.qkv.bias, _t(b.proj), b.proj.bias,
+            b.ln_2.weight, b.ln_2.bias, _t(b.fc), b.fc.bias, _t(b.fc_out), b.fc_out.bias)
+
+
+def block_step(x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int, attn: torch.Tensor | None,
+               n_head: int) -> torch.Tensor:
+    """One block over x (T, C) after ``start`` cached positions of this layer's ``kv``
+    (2, H, block_size, D), which gets the new keys/values in place; ``attn``: None (causal) or
+    an additive (T, start + T) mask (``prefix_mask``)."""
+    ln1_w, ln1_b, qkv_t, qkv_b, proj_t, proj_b, ln2_w, ln2_b, fc_t, fc_b, out_t, out_b = layer
+    T, C = x.shape
+    H, end = n_head, start + T
+    qkv = torch.addmm(qkv_b, F.layer_norm(x, (C,), ln1_w, ln1_b), qkv_t)  # (T, 3C)
+    qkv = qkv.view(T, 3, H, C // H).permute(1, 2, 0, 3)  # (3, H, T, D)
+    kv[:, :, start:end] = qkv[1:]  # the new keys and values: one in-place copy
+    # (1, H, T, D) queries over the (1, H, end, D) cached keys/values
+    y = F.scaled_dot_product_attention(qkv[0:1], kv[0:1, :, :end], kv[1:2, :, :end], attn_mask=attn,
+                                       is_causal=attn is None and T > 1)
+    x = torch.addmm(proj_b, y[0].transpose(0, 1).reshape(T, C), proj_t).add_(x)  # x + proj(y)
+    h = F.gelu(torch.addmm(fc_b, F.layer_norm(x, (C,), ln2_w, ln2_b), fc_t), approximate="tanh")  # (T, 4C)
+    return torch.addmm(out_b, h, out_t).add_(x)  # x + fc_out(h)
+
+
+def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+    """``gpt.one_block`` for a batch-1 call with a cache, inference only (what the EAGLE and MTP
+    drafters run on every draft step): the same numbers through ``block_step``. The gathered
+    weights are kept on the block, keyed by the weights' storage, so a moved or reloaded block
+    gathers again."""
+    key = (block.qkv.weight.data_ptr(), block.qkv.weight.dtype, block.qkv.weight.device)
+    if getattr(block, "_fast_key", None) != key:
+        block._fast_layer, block._fast_key = gather(block), key
+    T, start = x.shape[1], cache.length
+    if start + T > cache.capacity:
+        raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
+    attn = None if mask is None and (start == 0 or T == 1) else prefix_mask(mask, start, T, x.device, x.dtype)
+    h = block_step(x[0], block._fast_layer, cache.kv[0], start, attn, block.n_head)
+    cache.length = start + T
+    return h[None]
+
+
+def head_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None = None,
+               cache: KVCache | None = None) -> torch.Tensor:
+    """What a one-block head (EAGLE, EAGLE-3, MTP) runs: ``fast_one_block`` on a batch-1 cached
+    call at inference, else the readable ``gpt.one_block`` (training, batches, no cache)."""
+    if cache is None or x.shape[0] != 1 or torch.is_grad_enabled() or block.training:
+        return one_block(block, x, mask, cache)
+    return fast_one_block(block, x, mask, cache)

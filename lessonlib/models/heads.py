@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
 from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
-from lessonlib.models.gpt import one_block
+from lessonlib.models.fast import head_block
 from lessonlib.models.loop import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
@@ -56,7 +56,7 @@ class EagleHead(nn.Module):
         No position embedding: the target's features already carry position.
         """
         x = self.fc(torch.cat([target.wte(tokens), features.to(target.wte.weight.dtype)], -1))
-        return one_block(self.block, x, mask, cache)
+        return head_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.fc.weight.dtype)

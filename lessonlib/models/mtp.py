@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from lessonlib.core.validate import check_int
 from lessonlib.models import GPT, Block, GPTConfig, KVCache
-from lessonlib.models.gpt import one_block
+from lessonlib.models.fast import head_block
 from lessonlib.models.steps import autocast, optimizer_step
 
 LAMBDA_EARLY, LAMBDA_LATE, LAMBDA_SWITCH = 0.3, 0.1, 2 / 3  # DeepSeek-V3: 0.3 for the first 10T of 14.8T tokens
@@ -55,7 +55,7 @@ class MTPModule(nn.Module):
         target; no position embedding: h^{d-1} already carries position.
         """
         x = self.proj(torch.cat([self.norm_h(hidden.to(self.proj.weight.dtype)), self.norm_e(target.wte(tokens))], -1))
-        return one_block(self.block, x, mask, cache)
+        return head_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.proj.weight.dtype)

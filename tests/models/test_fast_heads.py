@@ -1,0 +1,64 @@
+"""The one-block heads' fast path (``models.fast.head_block``) against the readable block: the
+same features and the same cache after a prefill, a tree-masked step and a one-token step."""
+import pytest
+import torch
+
+from lessonlib.models import load
+from lessonlib.models.fast import fast_one_block, head_block
+from lessonlib.models.gpt import one_block
+from lessonlib.models.heads import load_head
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load("target", pack=True)
+
+
+def _steps(block, run, C):
+    """Prefill 6, a 3-node tree (two children of node 0 and a grandchild) masked, then one token."""
+    gen = torch.Generator().manual_seed(0)
+    x1, x2, x3 = (torch.randn(1, n, C, generator=gen) for n in (6, 3, 1))
+    tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    return [run(x1, None), run(x2, tree), run(x3, None)]
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])
+@torch.no_grad()
+def test_fast_head_block_equals_the_readable_block(target, name):
+    head = load_head(name, target)
+    C = target.config.n_embd
+    caches = [head.new_cache(), head.new_cache()]
+    fast = _steps(head.block, lambda x, m: head_block(head.block, x, m, caches[0]), C)
+    slow = _steps(head.block, lambda x, m: one_block(head.block, x, m, caches[1]), C)
+    for a, b in zip(fast, slow):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()
+    assert caches[0].length == caches[1].length == 10
+    assert torch.allclose(caches[0].kv[0][:, :, :10], caches[1].kv[0][:, :, :10], atol=1e-5)
+    # negative control: the fast path reads the tree mask (node 2 does not see node 1; causal it would)
+    x1, x2, _ = _steps(head.block, lambda x, m: x, C)
+    causal = head.new_cache()
+    head_block(head.block, x1, None, causal)
+    assert not torch.allclose(fast[1], head_block(head.block, x2, None, causal), atol=1e-3)
+
+
+@torch.no_grad()
+def test_fast_block_gathers_again_after_the_weights_change(target):
+    head = load_head("eagle", target, pack=False)  # a packed linear keeps its own copy of the weight
+    C = target.config.n_embd
+    x = torch.randn(1, 2, C, generator=torch.Generator().manual_seed(1))
+    before = fast_one_block(head.block, x, None, head.new_cache())
+    head.block.qkv.weight = torch.nn.Parameter(head.block.qkv.weight * 1.5, requires_grad=False)
+    after = fast_one_block(head.block, x, None, head.new_cache())
+    assert torch.allclose(after, one_block(head.block, x, None, head.new_cache()), atol=1e-4)
+    assert not torch.allclose(before, after, atol=1e-3)
+
+
+def test_training_and_batches_take_the_readable_block(target):
+    head = load_head("eagle", target)
+    x = torch.randn(2, 3, target.config.n_embd)
+    with torch.no_grad():  # a batch of 2: the fast path holds batch 1 only
+        assert torch.allclose(head_block(head.block, x), one_block(head.block, x), atol=1e-6)
+    cache = head.new_cache()
+    with pytest.raises(ValueError, match="positions"):
+        with torch.no_grad():
+            fast_one_block(head.block, torch.zeros(1, cache.capacity + 1, target.config.n_embd), None, cache)
