@@ -16,6 +16,17 @@ def onednn_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX, as oneDNN reports).
+    Without it bfloat16 is emulated: on the course's AVX2-only AMD EPYC machine a training
+    step under bfloat16 autocast ran 8.6x slower than in float32 (3.90 s against 0.45 s, a
+    4 x 160 GPT on 8 x 256 tokens, forward and backward)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 # Smaller matrices run faster unpacked (oneDNN costs ~15 us a call). 1 << 16 takes in the
 # target's 256 x 256 attention projection: in the decoding loop, two interleaved runs gave
 # plain steps of 1.29 / 1.27 ms instead of 1.38 / 1.32 (1 << 17) and K = 3 speedups of 1.69x /
