@@ -118,10 +118,7 @@ class FastGPT(GPT):
         if positions is not None and len(positions) != T:
             raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
         x = self._embed(idx[0], positions, start)  # (T, C)
-        if mask is None and (start == 0 or T == 1):
-            attn = None  # causal over a fresh prefill, or one new token that sees everything
-        else:
-            attn = prefix_mask(mask, start, T, idx.device, x.dtype)  # (T, start + T) additive
+        attn = cached_attn(mask, start, T, x)
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
         kept: list[torch.Tensor] = []
         for i, layer in enumerate(self.fast_layers):  # type: ignore[arg-type]
@@ -152,6 +149,15 @@ class FastGPT(GPT):
     def _block(self, x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int,
                attn: torch.Tensor | None) -> torch.Tensor:
         return block_step(x, layer, kv, start, attn, self.config.n_head)
+
+
+def cached_attn(mask: torch.Tensor | None, start: int, T: int, x: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask of T new positions after ``start`` cached ones: None (causal, for
+    ``block_step``) over a fresh prefill or for one new token, which sees everything; else the
+    additive (T, start + T) ``prefix_mask``."""
+    if mask is None and (start == 0 or T == 1):
+        return None
+    return prefix_mask(mask, start, T, x.device, x.dtype)
 
 
 def _t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
@@ -194,7 +200,7 @@ def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cac
     T, start = x.shape[1], cache.length
     if start + T > cache.capacity:
         raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
-    attn = None if mask is None and (start == 0 or T == 1) else prefix_mask(mask, start, T, x.device, x.dtype)
+    attn = cached_attn(mask, start, T, x)
     h = block_step(x[0], block._fast_layer, cache.kv[0], start, attn, block.n_head)
     cache.length = start + T
     return h[None]

@@ -14,7 +14,7 @@ def target():
     return load("target", pack=True)
 
 
-def _steps(block, run, C):
+def _steps(run, C):
     """Prefill 6, a 3-node tree (two children of node 0 and a grandchild) masked, then one token."""
     gen = torch.Generator().manual_seed(0)
     x1, x2, x3 = (torch.randn(1, n, C, generator=gen) for n in (6, 3, 1))
@@ -28,14 +28,14 @@ def test_fast_head_block_equals_the_readable_block(target, name):
     head = load_head(name, target)
     C = target.config.n_embd
     caches = [head.new_cache(), head.new_cache()]
-    fast = _steps(head.block, lambda x, m: head_block(head.block, x, m, caches[0]), C)
-    slow = _steps(head.block, lambda x, m: one_block(head.block, x, m, caches[1]), C)
+    fast = _steps(lambda x, m: head_block(head.block, x, m, caches[0]), C)
+    slow = _steps(lambda x, m: one_block(head.block, x, m, caches[1]), C)
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()
     assert caches[0].length == caches[1].length == 10
     assert torch.allclose(caches[0].kv[0][:, :, :10], caches[1].kv[0][:, :, :10], atol=1e-5)
     # negative control: the fast path reads the tree mask (node 2 does not see node 1; causal it would)
-    x1, x2, _ = _steps(head.block, lambda x, m: x, C)
+    x1, x2, _ = _steps(lambda x, m: x, C)
     causal = head.new_cache()
     head_block(head.block, x1, None, causal)
     assert not torch.allclose(fast[1], head_block(head.block, x2, None, causal), atol=1e-3)
