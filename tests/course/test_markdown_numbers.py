@@ -16,14 +16,13 @@ notebook's markdown must be one of:
 * a parameter the reader sets or the demonstration fixes, written ``symbol = value``
   (K = 3, c = 0.05, T = 0.25, α = 0.8, ...);
 * the course's time plan (minutes, hours);
-* a definition listed in ``DEFINITIONS`` below for that notebook (a shape, a size, a count the
+* a definition listed in ``definitions/NAME.txt`` for that notebook (a shape, a size, a count the
   demonstration sets up, a threshold or quoted figure the notebook puts to the test, such as the
   "TV < 0.01" recipe notebook 01 refutes), each phrase exactly as it appears (the list is
   reviewed like code: a measured number does not belong in it).
 
 Anything else fails with the notebook, the cell index and the sentence. The notebooks converted
-so far are in ``CONVERTED``; notebooks 02, 04 and 05 join the list when they are converted (until
-then their markdown still quotes stored numbers and this test does not read them).
+are those with a definitions file (``CONVERTED``).
 """
 import json
 import pathlib
@@ -32,38 +31,22 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONVERTED = {
-    "00_start_here": "notebooks/00_start_here.ipynb",
-    "01_exact_rule": "solutions/01_exact_rule.ipynb",
-    "03_distill_draft": "solutions/03_distill_draft.ipynb",
-}
+NOTEBOOKS = {path.stem: path for path in [ROOT / "notebooks" / "00_start_here.ipynb",
+                                            *sorted((ROOT / "solutions").glob("0*.ipynb"))]}
+DEFINITION_FILES = ROOT / "tests" / "course" / "definitions"  # one NAME.txt per converted notebook
 
-# definitions: what the demonstration sets up, not what it measures (each phrase must still occur)
-DEFINITIONS = {
-    "00_start_here": [
-        "24 layers", "width 160", "vocabulary 2,048", "128-token context",  # the model section 1 times
-        "between 1 and", "2- and 5-token rows", "9 words", "10-token context",  # the toy and the tree
-        "from 0.5 to 0.9",  # the α of the question's table
-        "10,000", "2,048 tokens",  # the noise-floor example and the random logits of section 9
-        "larger than 0.01",  # the criterion section 4 refutes
-        "sum 1", "sum is 0", "from 1 to k_max", "until −1", "costs 1 pass",  # the exercise tasks of section 12
-    ],
-    "01_exact_rule": [
-        "vocabulary of 8 tokens", "60% of its mass", "= 0.6", "vocabulary 32", "90% of the time", "3-token", "token 0",
-        "| 0)", "30% of the target's mass", "0.9, 0.6 and 0.3", "30% of its mass", "about 0.7, about 0.3, or zero",
-        "between 1 and", "drafts from 1", "dividing 0 by 0", "6,000 rounds", "0.04%", "0.1%", "32 tokens",
-        "0.01",  # the criterion "TV < 0.01" this notebook refutes
-        "10,000", "100,000", "1,000,000", "1,000", "over 4", "64 outcomes", "3,000", "4,000", "0.004", "top-k 4",
-        "nine",
-    ],
-    "03_distill_draft": [
-        "2,048", "256-token windows", "256 tokens", "512", "0.1", "the top 32 tokens", "windows of 256",
-        "0.6–0.8",  # the lesson's claim for code that this notebook tests
-        "a dozen steps", "2,000 steps", "500 steps, at batch 8", "100×", "200×", "batch 8 instead of 4",
-        "~30 M draft", "124 M", "100 M tokens", "40 %", "1/2,048 ≈ 0.0005, about 0.1, or about 0.5",
-        "K = 1…8",
-    ],
-}
+
+def definitions(name: str) -> list[str]:
+    """The phrases ``definitions/NAME.txt`` allows in NAME's markdown: what the demonstration sets
+    up, not what it measures (one per line, exactly as the markdown has it; # starts a comment line)."""
+    lines = (DEFINITION_FILES / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+# a notebook is converted once it has a definitions file (every notebook, when issue 30 is done)
+CONVERTED = {name: str(path.relative_to(ROOT)) for name, path in NOTEBOOKS.items()
+             if (DEFINITION_FILES / f"{name}.txt").exists()}
+DEFINITIONS = {name: definitions(name) for name in CONVERTED}
 
 REFERENCE = re.compile(
     r"\b(?:sections?|cells?|notebooks?|exercises?|parts?|figures?|tables?|eq\.?|equations?|thm|theorem|cor\.?|"
