@@ -1,6 +1,6 @@
-"""``python -m lessonlib.bench {decode,tree,kinds,sampled,calibration,profile,record,load,shapes,peers,gpu}
-[options]``: each writes JSON and Markdown under outputs/benchmarks/ (``--help`` after the name lists its
-options); decode, tree, kinds and sampled also refresh the table of record, record.json / record.md."""
+"""``python -m lessonlib.bench NAME [options]`` (NAME in ``COMMANDS``): each writes JSON and Markdown under
+outputs/benchmarks/ (``--help`` after the name lists its options); decode, tree, kinds, sampled and
+batch also refresh the table of record, record.json / record.md."""
 from __future__ import annotations
 
 import importlib
@@ -14,7 +14,8 @@ COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", 
             "load": "lessonlib.bench.load", "shapes": "lessonlib.bench.shapes", "gpu": "lessonlib.bench.gpu",
             "peers": "lessonlib.bench.peers",  # needs requirements-peers.txt
             "bandwidth": "lessonlib.bench.bandwidth",
-            "batch": "lessonlib.bench.batch"}  # B sequences at once: speedup against the batch size
+            "batch": "lessonlib.bench.batch",  # B sequences at once: speedup against the batch size
+            "agreement": "lessonlib.bench.agreement"}  # two decode runs back to back, row by row
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ import platform
 
 import torch
 
-from lessonlib import cli, paths, threads
+from lessonlib import cli, paths, runs, threads
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
@@ -123,9 +123,10 @@ def markdown_table(header, rows) -> str:
 
 def write_report(stem: str, report: dict, markdown: str, out: pathlib.Path | None = None) -> pathlib.Path:
     """Write ``stem.json`` and ``stem.md``, each atomically (``jsonio.write_atomic``; the JSON is
-    serialised before either file is touched); returns the folder."""
+    serialised before either file is touched); returns the folder. The JSON records the run that
+    wrote it under "run" (``runs.stamp``: the regeneration's id, or this process's own)."""
     out = pathlib.Path(out) if out is not None else paths.benchmarks()
-    text = json.dumps(report, indent=1, default=jsonable) + "\n"
+    text = json.dumps({**report, "run": runs.stamp()}, indent=1, default=jsonable) + "\n"
     write_atomic(out / f"{stem}.json", text)
     write_atomic(out / f"{stem}.md", markdown)
     return out

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from lessonlib import cli, threads
+from lessonlib import cli, runs, threads
 from lessonlib.bench import common, record
 from lessonlib.core.theory import expected_speedup
 from lessonlib.decoding import measures
@@ -128,31 +128,46 @@ def markdown(rows, plain_rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    parser = common.parser(__doc__, "time every run this many times, keep the fastest")
+def build_parser(doc: str = __doc__):
+    """The decode benchmark's command line (the agreement benchmark reuses it)."""
+    parser = common.parser(doc, "time every run this many times, keep the fastest")
     parser.add_argument("--threads", type=cli.positive_int, nargs="+", default=list(THREADS),
                         help="thread counts to measure")
     parser.add_argument("--ks", type=cli.positive_int, nargs="+", default=list(range(1, 9)))
     parser.add_argument("--device", type=cli.device, default=None)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="gpu: the NAME-gpu checkpoints")
-    args = common.parse(parser, argv)
+    return parser
+
+
+def measure(args) -> dict:
+    """One run of the benchmark with parsed ``args``: the report decode.json holds."""
     started = time.time()
     rows, plain_rows = bench_decode(ks=args.ks, n_prompts=args.prompts, prompt_len=args.prompt_len,
                                     new_tokens=args.new_tokens, device=args.device, scale=args.scale,
                                     repeats=args.repeats, thread_counts=tuple(args.threads))
-    result = {"machine": common.machine(), "scale": args.scale, "seconds": round(time.time() - started, 1),
-              "settings": {"prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-                           "repeats": args.repeats, "threads": args.threads},
-              "statistic": "median over prompts [inter-quartile range]; per prompt the fastest of `repeats` runs, "
-                           "plain and speculative interleaved",
-              "plain": plain_rows, "rows": rows, "best": best_rows(rows)}
+    return {"machine": common.machine(), "scale": args.scale, "seconds": round(time.time() - started, 1),
+            "settings": {"prompts": args.prompts, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+                         "repeats": args.repeats, "threads": args.threads},
+            "statistic": "median over prompts [inter-quartile range]; per prompt the fastest of `repeats` runs, "
+                         "plain and speculative interleaved",
+            "plain": plain_rows, "rows": rows, "best": best_rows(rows), "run": runs.stamp()}
+
+
+def write(args, result: dict) -> pathlib.Path:
+    """Write decode.json / decode.md (decode-gpu for ``--scale gpu``) and, on the CPU, refresh the record."""
     stem = "decode" if args.scale == "cpu" else f"decode-{args.scale}"
-    table = markdown(rows, plain_rows)
-    out = common.write_report(stem, result, table, args.out)
+    out = common.write_report(stem, result, markdown(result["rows"], result["plain"]), args.out)
     if args.scale == "cpu":
         record.write(out)
-    print(table)
+    return out
+
+
+def main(argv=None):
+    args = common.parse(build_parser(), argv)
+    result = measure(args)
+    write(args, result)
+    print(markdown(result["rows"], result["plain"]))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import argparse
 import json
 import pathlib
 
-from lessonlib import cli, paths
+from lessonlib import cli, paths, runs
 from lessonlib.bench import common
 from lessonlib.jsonio import read_json
 
@@ -34,7 +34,7 @@ def _row(source, report, row, setting) -> dict:
     return {"source": source, "method": row["method"], "family": row.get("family", f"chain {row.get('draft')}"),
             "k": row.get("k"), **setting, "threads": row.get("threads", setting.get("threads")),
             **{key: spread.get(key) for key in QUANTITIES}, "prompts": row.get("prompts", setting.get("prompts")),
-            "machine": report.get("machine", {})}
+            "machine": report.get("machine", {}), "run": runs.of(report)}
 
 
 def _report(path: pathlib.Path) -> dict:
@@ -121,7 +121,32 @@ def cell(row, key, digits=2, unit="") -> str:
     return common.cell({key: row[key]} if row.get(key) else {}, key, digits, unit)
 
 
-def markdown(rows) -> str:
+def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
+    """The record's last lines: which run each source came from, and the run-to-run agreement
+    of the decode benchmark when ``agreement.json`` exists (``bench.agreement``)."""
+    ids = {}
+    for r in rows:
+        ids.setdefault(r["source"], r.get("run") or "not recorded")
+    lines = ["Runs: " + "; ".join(f"{source} {run}" for source, run in ids.items())
+             + (" (one run)" if len(set(ids.values())) == 1 else " (separate runs: compare rows of one source)")]
+    report = read("agreement", folder)
+    if report:
+        lines.append(agreement_line(report))
+    return lines
+
+
+def agreement_line(result: dict) -> str:
+    """The one line about run-to-run agreement (``bench.agreement.compare``'s result)."""
+    worst = max(result["rows"], key=lambda r: r["deviation"])
+    verdict = "agree" if result["agree"] else "do not agree"
+    return (f"Run-to-run agreement (agreement.md): two back-to-back decode runs {verdict} within "
+            f"{result['tolerance']:.0%} on {result['within']} of {result['rows_compared']} chain rows; median "
+            f"|b/a - 1| = {result['median_deviation']:.1%}, worst {result['max_deviation']:.1%} "
+            f"({worst['draft']} K={worst['k']}, {worst['corpus']} T={worst['temperature']:g}, "
+            f"{worst['threads']} thread(s)).")
+
+
+def markdown(rows, folder: pathlib.Path | None = None) -> str:
     header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "draft cost / round", "r",
               "speedup", "tokens/s", "prompts"]
     digits = {"alpha": 3, "c": 3, "draft_cost_per_round": 3, "tokens_per_second": 0}
@@ -138,7 +163,7 @@ def markdown(rows) -> str:
              "its best K; record.json holds every K. A method two benchmarks measured appears once per source: they "
              "are separate runs, which on this machine can differ by more than their IQRs, so quote a row with its "
              "source.", "", common.markdown_table(header, table), "",
-             "Machine: " + "; ".join(sorted(machines))]
+             "Machine: " + "; ".join(sorted(machines)), "", *provenance_lines(rows, folder)]
     return "\n".join(lines) + "\n"
 
 
@@ -146,14 +171,15 @@ def write(folder: pathlib.Path | None = None) -> pathlib.Path:
     """Rebuild record.json and record.md in ``folder`` from the benchmark reports there; record.md
     ends with the draft-kinds comparison (kinds.md) when the kinds benchmark has run."""
     rows = collect(folder)
-    md = markdown(rows)
+    md = markdown(rows, folder)
     kinds = (pathlib.Path(folder) if folder is not None else paths.benchmarks()) / "kinds.md"
     if kinds.exists():
         md += "\n" + kinds.read_text().replace("# Draft kinds on one target",
                                                "## Draft kinds on one target (kinds.md)", 1)
-    return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES),
-                                          "sources": [s for s in SOURCES if any(r["source"] == s for r in rows)]},
-                               md, folder)
+    sources = [s for s in SOURCES if any(r["source"] == s for r in rows)]
+    runs_of = {s: next(r["run"] for r in rows if r["source"] == s) for s in sources}  # the run each source came from
+    return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES), "sources": sources,
+                                          "source_runs": runs_of}, md, folder)
 
 
 def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:

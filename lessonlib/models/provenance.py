@@ -5,12 +5,11 @@ and which part of a resumed run trained where (``record_run``).
 from __future__ import annotations
 
 import platform
-import subprocess
 
 import numpy as np
 import torch
 
-from lessonlib.models import CHECKPOINTS
+from lessonlib.runs import git_revision
 
 
 def run_metadata(state, planned_steps, batch_size, device, seed, before=None) -> dict:
@@ -47,11 +46,3 @@ def record_run(state, before, place):
         history.append({"steps": [0, before["step"]], "where": "not recorded (saved before runs kept a history)"})
     history.append({"steps": [before["step"], state["step"]], "seconds": round(state["seconds"] - before["seconds"], 1),
                     **place})
-
-
-def git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=CHECKPOINTS, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from lessonlib import paths
+from lessonlib import paths, runs
 from lessonlib.bench import common, kinds, load, tree
 from lessonlib.bench import decode as bench_decode
 from lessonlib.decoding import measures
@@ -84,7 +84,8 @@ def test_benchmarks_write_under_the_outputs_folder_of_the_environment(tmp_path, 
     monkeypatch.setenv("LESSONLIB_OUTPUTS", str(tmp_path))
     assert paths.benchmarks() == tmp_path / "benchmarks"
     common.write_report("x", {"a": np.float64(1.5), "b": np.arange(2)}, "md\n")
-    assert json.loads((tmp_path / "benchmarks" / "x.json").read_text()) == {"a": 1.5, "b": [0, 1]}
+    written = json.loads((tmp_path / "benchmarks" / "x.json").read_text())
+    assert written.pop("run")["id"] == runs.run_id() and written == {"a": 1.5, "b": [0, 1]}
 
 
 def test_best_rows_pick_the_best_k_per_setting_and_the_table_shows_spreads():

@@ -17,7 +17,7 @@ import pathlib
 
 import numpy as np
 
-from lessonlib import paths
+from lessonlib import paths, runs
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core import theory
 from lessonlib.bench import record
@@ -63,7 +63,7 @@ def _sources_and_decision(x):
                 "forward_cost": None if x["fc"] is None else [list(map(float, v)) for v in x["fc"]],
                 "margin": MARGIN, "temperatures": x["ts"], "alpha": {k: x["curves"][k] for k in x["kinds"]},
                 "breakeven_alpha_best_k": x["alpha_best"], "k_table_max": K_TABLE_MAX,
-                "kinds_at_t1": x["kinds_t1"]}
+                "kinds_at_t1": x["kinds_t1"], "measurements_run": runs.of(x["m"])}
     return [
         "## Sources\n",
         "- Leviathan, Kalai, Matias 2023, Fast Inference from Transformers via Speculative Decoding (eq. 1, Thm 3.8, "

@@ -19,7 +19,8 @@ time). Lists are aligned with ``temperatures``; fields marked (optional) may be 
                            "speedup_q25": [...], "speedup_q75": [...]}},   # median and IQR over prompts
      "forward_cost": {"tokens": [1, ...], "cost": [...]} | null,   # r(n): forward over n tokens
      "fallback": {"k": int, "c": float, "policy": {...}, "phases": [{"temperature": T, "tokens": n}],
-                  "tokens_per_second": {"always": [...], "never": [...], "policy": [...]}}}   # (optional)
+                  "tokens_per_second": {"always": [...], "never": [...], "policy": [...]}}},  # (optional)
+     "run": {"id": str, "git_revision": str, "written": str}}   # (optional) lessonlib.runs.stamp
 
 Every alpha, coverage and c is checked (alpha and coverage in [0, 1], c finite and >= 0, no
 NaN); ``validate_measurements`` raises ValueError naming the first bad field.
@@ -30,8 +31,10 @@ import pathlib
 
 import numpy as np
 
-from lessonlib import paths
-from lessonlib.jsonio import read_json
+import json
+
+from lessonlib import paths, runs
+from lessonlib.jsonio import jsonable, read_json, write_atomic
 from lessonlib.core.validate import check_int, check_ks
 
 FILE_NAME = "temperature.json"
@@ -53,6 +56,15 @@ def load_measurements(path=None):
     except ValueError as err:
         raise ValueError(f"{path}: {err}; {rebuild}") from None
     return m
+
+
+def write_measurements(m, path=None) -> pathlib.Path:
+    """Validate the measurements, record the run that made them (``runs.stamp``, under "run") and
+    write them atomically (default: ``measurements_path()``); returns the path."""
+    m = {**m, "run": runs.stamp()}
+    validate_measurements(m)
+    path = pathlib.Path(path) if path is not None else measurements_path()
+    return write_atomic(path, json.dumps(m, indent=1, default=jsonable) + "\n")
 
 
 def _numbers(values, field, n=None, lo=None, hi=None, positive=False):
