@@ -172,7 +172,7 @@ def bench_batch(batches=BATCHES, ks=DEFAULTS["ks"], n_sets=DEFAULTS["prompts"], 
     from lessonlib.models import default_device, load
 
     device = device or default_device()
-    target, draft = load("target", device, pack=True), load(DRAFT, device)
+    target, draft = load("target", device, pack=True), load(DRAFT, device, pack=True)
     sets = prompt_sets(n_sets, max(batches), prompt_len)
     batch_speculative_generate(target, draft, sets[0][:2], 2, 4)  # warm-up: first calls allocate
     runs = _runs(target, draft, sets, batches, ks, new_tokens, temperature, seed)

@@ -65,12 +65,17 @@ def _target_context() -> int:
     return int(checkpoints.read_meta("target").get("config", {}).get("block_size", 0)) or 10**9
 
 
+# which forward the benchmarks decode with (issue 27: the record says which path each row used)
+DECODE_PATH = ("fast: every model loaded with pack=True is a models.fast.FastGPT (target and drafts), and the "
+               "EAGLE, EAGLE-3 and MTP draft steps run fast.head_block")
+
+
 def machine() -> dict:
     """The machine and settings a measurement was taken on."""
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "thread_policy": threads.describe(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "backend": describe()}
+            "backend": describe(), "decode_path": DECODE_PATH}
 
 
 def prompts(corpus: str = "code", n: int = DEFAULTS["prompts"], length: int = DEFAULTS["prompt_len"]):

@@ -79,7 +79,7 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
     policy's own setting only (``main`` passes both)."""
     device = device or default_device()
     target = load(scaled_name("target", scale), device, pack=True)  # packed: see GPT.pack_for_cpu
-    draft_models = {name: load(scaled_name(name, scale), device) for name in drafts}
+    draft_models = {name: load(scaled_name(name, scale), device, pack=True) for name in drafts}  # both fast
     thread_counts = thread_counts or (threads.apply(),)
     settings = {"prompts": n_prompts, "prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats}
     configs = [(n, c, t) for n in thread_counts for c in corpora for t in temperatures]

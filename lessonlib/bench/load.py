@@ -121,7 +121,7 @@ def one_condition(m, model, prompts, settings, budget_s) -> dict:
 
 
 def measure(settings, thread_counts=(1, 2), conditions=("idle", "busy"), budget_s=300) -> dict:
-    m = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu")}
+    m = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu", pack=True)}
     m["eagle"] = load_head("eagle", m["target"])
     model, prompts = lesson_model(), common.prompts("code", settings["prompts"], settings["prompt_len"])
     results = {}

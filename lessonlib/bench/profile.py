@@ -112,7 +112,7 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
         row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]
         row["alpha_for_1.6x"] = float(alpha_for_speedup(1.6, row["k"], row["c"], row["r"]))  # the one inverse of E
     step_s = plain_rows[0]["target_forward_seconds"]
-    target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory)
+    target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory, pack=True)
     eagle = load_head("eagle", target, directory)
     prompts = common.prompts("code", n_prompts, prompt_len)  # the sweep's prompts
     trees = eagle_trees(target, eagle, prompts, new_tokens, repeats)

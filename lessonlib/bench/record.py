@@ -3,7 +3,9 @@
 One row per method and setting -- plain decoding and chain drafts at every K from the decode
 benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``), each
 draft kind's best chain and tree at T = 0 and 1 (``kinds.json``, also appended as its table), plain
-decoding and the best chain at each batch size B (``batch.json``: B sequences at once) --
+decoding and the best chain at each batch size B (``batch.json``: B sequences at once), and each
+engine's plain and speculative rows on the same weights (``peers.json``: lessonlib, transformers,
+llama.cpp; a peer row's speedup is against that engine's own plain decoding) --
 with tau, alpha measured while decoding, c, r, the speedup and tokens per second, each the median over prompts with
 its inter-quartile range, the number of prompts, the thread count and the machine. Every
 number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
@@ -24,7 +26,7 @@ from lessonlib.jsonio import read_json
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
 # whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
 QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
-SOURCES = ("decode", "tree", "kinds", "sampled", "batch")
+SOURCES = ("decode", "tree", "kinds", "sampled", "batch", "peers")
 
 
 def _row(source, report, row, setting) -> dict:
@@ -34,7 +36,16 @@ def _row(source, report, row, setting) -> dict:
     return {"source": source, "method": row["method"], "family": row.get("family", f"chain {row.get('draft')}"),
             "k": row.get("k"), **setting, "threads": row.get("threads", setting.get("threads")),
             **{key: spread.get(key) for key in QUANTITIES}, "prompts": row.get("prompts", setting.get("prompts")),
-            "machine": report.get("machine", {}), "run": runs.of(report)}
+            "machine": report.get("machine", {}), "run": runs.of(report),
+            "path": _path(report)}
+
+
+def _path(report) -> str:
+    """Which forward a report's rows decoded with: "fast" or "readable" when the report says so
+    (``common.DECODE_PATH``), else "not recorded" (reports written before it was recorded)."""
+    machine = report.get("machine") or report.get("setup", {}).get("machine") or {}
+    text = machine.get("decode_path", "") if isinstance(machine, dict) else ""
+    return text.split(":")[0] if text else "not recorded"
 
 
 def _report(path: pathlib.Path) -> dict:
@@ -100,6 +111,17 @@ def _collect(folder: pathlib.Path) -> list[dict]:
         setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "threads": s.get("threads"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
         rows += [_row("batch", report, r, setting | {"batch": r["batch"]}) for r in report["record_rows"]]
+    peers = folder / "peers.json"
+    if peers.exists():  # lessonlib, transformers and llama.cpp on the same weights, interleaved (bench.peers)
+        report = _report(peers)
+        s = report["setup"]
+        setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "prompts": s.get("prompts"),
+                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
+                   "repeats": s.get("repeats")}
+        rows += [_row("peers", report, r | {"family": r["method"],  # speedup: against the same engine's plain
+                                            "spread": {q: r[q] for q in ("tau", "speedup", "tokens_per_second")
+                                                       if isinstance(r.get(q), dict)}}, setting)
+                 for r in report["rows"]]
     return rows
 
 
@@ -127,8 +149,13 @@ def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
     ids = {}
     for r in rows:
         ids.setdefault(r["source"], r.get("run") or "not recorded")
+    paths_of: dict = {}
+    for r in rows:
+        paths_of.setdefault(r["source"], r.get("path", "not recorded"))
     lines = ["Runs: " + "; ".join(f"{source} {run}" for source, run in ids.items())
              + (" (one run)" if len(set(ids.values())) == 1 else " (separate runs: compare rows of one source)")]
+    lines.append("Decode path (fast = models.fast, readable = models.gpt): "
+                 + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
     report = read("agreement", folder)
     if report:
         lines.append(agreement_line(report))

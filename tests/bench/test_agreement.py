@@ -54,13 +54,22 @@ def test_refuses_what_cannot_show_agreement():
         agreement.compare({"rows": None}, report(A))
 
 
+def test_a_reports_decode_path_is_read_from_its_machine_record():
+    from lessonlib.bench import common
+
+    assert record._path({"machine": common.machine()}) == "fast"
+    assert record._path({"setup": {"machine": {"decode_path": "readable: models.gpt"}}}) == "readable"
+    assert record._path({"machine": {"threads": 1}}) == "not recorded"
+
+
 def test_the_record_prints_the_agreement_and_each_sources_run(tmp_path, monkeypatch):
     monkeypatch.setenv("LESSONLIB_RUN", "test-run-1")
     b = {key: s * 1.02 for key, s in A.items()}
     result = agreement.compare(report(A), report(b, "run-b"))
     agreement.common.write_report("agreement", result, agreement.markdown(result), tmp_path)
-    rows = [{"source": "decode", "run": "test-run-1"}, {"source": "tree", "run": "other"}]
+    rows = [{"source": "decode", "run": "test-run-1", "path": "fast"}, {"source": "tree", "run": "other"}]
     lines = record.provenance_lines(rows, tmp_path)
     assert lines[0] == "Runs: decode test-run-1; tree other (separate runs: compare rows of one source)"
-    assert lines[1].startswith("Run-to-run agreement") and "4 of 4" in lines[1]
+    assert lines[1].endswith("decode fast; tree not recorded")
+    assert lines[2].startswith("Run-to-run agreement") and "4 of 4" in lines[2]
     assert record.provenance_lines(rows[:1], tmp_path / "none")[0].endswith("(one run)")

@@ -65,3 +65,22 @@ def test_record_prices_a_chains_drafting_at_k_times_c(tmp_path):
     measured = dict(row, spread={"c": c, "draft_cost_per_round": c})  # a measured cost is kept as it is
     (tmp_path / "decode.json").write_text(json.dumps({"settings": {}, "rows": [measured], "plain": []}))
     assert record.collect(tmp_path)[0]["draft_cost_per_round"] == c
+
+
+def test_record_takes_the_peer_engines_rows_with_their_own_plain_as_baseline(tmp_path):
+    """peers.json rows (lessonlib, llama.cpp, transformers on the same weights) join the record, each
+    row with the spread it was measured with and the run of the report (issue 27, item 5)."""
+    spread = {"median": 1.29, "q25": 1.2, "q75": 1.3, "n": 5}
+    rows = [{"method": "llama.cpp f16 plain", "engine": "llama.cpp f16", "threads": 1, "plain": True,
+             "tokens_per_second": {"median": 430.0, "q25": 420.0, "q75": 440.0, "n": 5}, "speedup": None},
+            {"method": "llama.cpp f16 draft-kl K = 3", "engine": "llama.cpp f16", "threads": 2, "plain": False,
+             "tokens_per_second": {"median": 300.0, "q25": 290.0, "q75": 310.0, "n": 5}, "speedup": spread,
+             "tau": {"median": 2.1, "q25": 2.0, "q75": 2.2, "n": 5}}]
+    (tmp_path / "peers.json").write_text(json.dumps({"setup": {"prompts": 5, "new_tokens": 128, "temperature": 0.0},
+                                                     "rows": rows, "run": {"id": "peer-run"}}))
+    got = record.collect(tmp_path)
+    assert [(r["source"], r["method"], r["threads"], r["run"]) for r in got] == [
+        ("peers", "llama.cpp f16 plain", 1, "peer-run"), ("peers", "llama.cpp f16 draft-kl K = 3", 2, "peer-run")]
+    assert got[0]["speedup"] is None and got[0]["tokens_per_second"]["median"] == 430.0
+    assert got[1]["speedup"] == spread and got[1]["tau"]["median"] == 2.1 and got[1]["prompts"] == 5
+    assert "llama.cpp f16 draft-kl K = 3 | peers" in record.markdown(got)
