@@ -53,8 +53,9 @@ def block(name: str, root: pathlib.Path = paths.ROOT) -> str:
     lines = claim_lines(notebook)
     failing = sum(f" — {FAILS}" in line for line in lines)
     run = run_of(notebook)
-    head = (f"Stored run{' ' + run if run else ''}: {len(lines)} claims, "
-            + ("all hold." if not failing else f"{failing} do not hold (read them before teaching)."))
+    head = f"Stored run{' ' + run if run else ''}: " + (
+        "no claims printed." if not lines else f"{len(lines)} claims, all hold." if not failing
+        else f"{len(lines)} claims, {failing} do not hold (read them before teaching).")
     body = "\n".join(f"- {line}" for line in lines) if lines else "- (this notebook prints no claims)"
     return f"{BEGIN.format(name=name)}\n{head}\n\n{body}\n{END}"
 
