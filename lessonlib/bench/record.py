@@ -165,9 +165,9 @@ def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
 def agreement_line(result: dict) -> str:
     """The one line about run-to-run agreement (``bench.agreement.compare``'s result)."""
     worst = max(result["rows"], key=lambda r: r["deviation"])
-    verdict = "agree" if result["agree"] else "do not agree"
-    return (f"Run-to-run agreement (agreement.md): two back-to-back decode runs {verdict} within "
-            f"{result['tolerance']:.0%} on {result['within']} of {result['rows_compared']} chain rows; median "
+    verdict = "agree" if result["agree"] else "do not all agree"
+    return (f"Run-to-run agreement (agreement.md): two back-to-back decode runs {verdict}: {result['within']} of "
+            f"{result['rows_compared']} chain rows within {result['tolerance']:.0%}; median "
             f"|b/a - 1| = {result['median_deviation']:.1%}, worst {result['max_deviation']:.1%} "
             f"({worst['draft']} K={worst['k']}, {worst['corpus']} T={worst['temperature']:g}, "
             f"{worst['threads']} thread(s)).")

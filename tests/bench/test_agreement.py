@@ -25,7 +25,7 @@ def test_ratios_and_verdict_on_rows_within_the_tolerance():
     assert [round(r["ratio"], 6) for r in result["rows"]] == [1.05, 0.95, 1.0, 1.09]
     assert result["max_deviation"] == pytest.approx(0.09) and result["runs"] == ["run-a", "run-b"]
     assert all(r["tau_equal"] for r in result["rows"])
-    assert "agree within 10% on 4 of 4" in record.agreement_line(result)
+    assert "runs agree: 4 of 4 chain rows within 10%" in record.agreement_line(result)
 
 
 def test_one_row_off_by_more_than_the_tolerance_breaks_agreement():
@@ -34,7 +34,7 @@ def test_one_row_off_by_more_than_the_tolerance_breaks_agreement():
     result = agreement.compare(report(A), report(b, "run-b"))
     assert not result["agree"] and result["within"] == 3
     line = record.agreement_line(result)
-    assert "do not agree" in line and "K=2, code T=1" in line and "12.0%" in line
+    assert "do not all agree: 3 of 4" in line and "K=2, code T=1" in line and "12.0%" in line
 
 
 def test_only_shared_rows_are_compared_and_tau_differences_are_shown():

@@ -1,0 +1,161 @@
+"""One run makes every artifact (issue 30, item 2): the regeneration plan, run ids in notebooks,
+the instructor notes' generated expected results, and the committed files checked against each other."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import nbformat
+import pytest
+
+from lessonlib import cli, paths, runs
+from lessonlib.bench import record
+from lessonlib.course import notes, regenerate
+from lessonlib.course.claims import claim
+
+ROOT = paths.ROOT
+
+
+def test_the_plan_runs_benchmarks_before_the_notebooks_that_read_them_and_notes_last():
+    names = list(regenerate.NAMES)
+    assert names.index("bench record") > max(names.index(n) for n in regenerate.GROUPS["benchmarks"] if n != "bench record")
+    assert names.index("bench record") < min(names.index(n) for n in regenerate.GROUPS["notebooks"])
+    assert names.index("notebook 05_high_temperature") < names.index("skill") < names.index("exercises")
+    assert names.index("exercises") < names.index("persian") < names.index("notes") == len(names) - 1
+    assert {s.makes[0] for s in regenerate.PLAN if s.name.startswith("notebook ")} == set(notes.NOTEBOOKS.values())
+
+
+def test_select_takes_steps_groups_or_a_start_and_refuses_unknown_names():
+    assert [s.name for s in regenerate.select(["skill", "notes"])] == ["skill", "notes"]
+    assert len(regenerate.select(["notebooks"])) == 6
+    assert [s.name for s in regenerate.select(start="persian")] == ["persian", "notes"]
+    with pytest.raises(ValueError, match="unknown step"):
+        regenerate.select(["bench nope"])
+
+
+@pytest.mark.parametrize("argv, named", [(["--only", "nope"], "--only"), (["--only", "skill", "--from", "skill"],
+                                                                          "--from"), (["--run", "a b"], "--run")])
+def test_bad_flags_are_one_line(argv, named, capsys):
+    try:
+        code = cli.run(regenerate.main, argv, prog="regenerate")
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and named in err[0]
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("LESSONLIB_OUTPUTS", str(tmp_path))
+    assert regenerate.main(["--dry-run", "--only", "notebooks"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 6 and all(line.startswith("would run: -m jupyter nbconvert") for line in out)
+    assert not (tmp_path / regenerate.MANIFEST).exists()
+
+
+def test_a_step_runs_under_the_run_id_and_the_manifest_records_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LESSONLIB_OUTPUTS", str(tmp_path))
+    step = regenerate.Step("probe", ("-c", f"import os; open({str(tmp_path / 'id.txt')!r}, 'w').write(os.environ['"
+                                     f"{runs.ENV}'])"), ())
+    fail = regenerate.Step("fail", ("-c", "raise SystemExit(3)"), ())
+    never = regenerate.Step("never", ("-c", "raise SystemExit(0)"), ())
+    manifest = regenerate.run([step, fail, never], "regen-test-1")
+    assert (tmp_path / "id.txt").read_text() == "regen-test-1"
+    assert [s["step"] for s in manifest["steps"]] == ["probe", "fail"] and manifest["steps"][1]["exit_code"] == 3
+    regenerate.write_manifest(manifest)
+    regenerate.write_manifest({"id": "regen-test-1", "steps": [{"step": "later", "exit_code": 0}]})  # continued
+    saved = json.loads((tmp_path / regenerate.MANIFEST).read_text())
+    assert saved["id"] == "regen-test-1" and [s["step"] for s in saved["steps"]] == ["probe", "fail", "later"]
+    regenerate.write_manifest({"id": "regen-test-2", "steps": []})  # a new run starts a new manifest
+    assert json.loads((tmp_path / regenerate.MANIFEST).read_text())["steps"] == []
+
+
+def test_stamping_a_notebook_changes_only_its_metadata(tmp_path):
+    source = ROOT / "solutions" / "01_exact_rule.ipynb"
+    (tmp_path / "nb.ipynb").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    regenerate.stamp_notebook("nb.ipynb", "regen-x", tmp_path)
+    before, after = (nbformat.read(p, as_version=4) for p in (source, tmp_path / "nb.ipynb"))
+    assert after.metadata["lessonlib"]["run"] == "regen-x" and notes.run_of(tmp_path / "nb.ipynb") == "regen-x"
+    after.metadata.pop("lessonlib")
+    assert after == before
+
+
+def _notebook(tmp_path, lines, run=None):
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print()")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="table\n" + "".join(l + "\n" for l in lines))]
+    nb.cells = [nbformat.v4.new_markdown_cell("The run below — holds here is not a claim in markdown."), cell]
+    if run:
+        nb.metadata["lessonlib"] = {"run": run}
+    path = tmp_path / "solutions" / "01_exact_rule.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_generated_block_quotes_the_stored_claims_and_counts_failures(tmp_path):
+    good = claim("x ({x:.2f}) is above 1", True, show=False, x=1.5).text
+    bad = claim("y ({y:.2f}) is above 1", False, show=False, y=0.5).text
+    path = _notebook(tmp_path, [good, bad], run="regen-7")
+    assert notes.claim_lines(path) == [good, bad]
+    text = notes.block("01_exact_rule", tmp_path)
+    assert "Stored run regen-7: 2 claims, 1 do not hold" in text and f"- {bad}" in text and "table" not in text
+
+
+def test_render_replaces_each_block_and_refuses_notes_without_one(tmp_path):
+    for name, rel in notes.NOTEBOOKS.items():
+        target = tmp_path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(), target)
+    _notebook(tmp_path, [claim("z ({z}) holds", True, show=False, z=3).text])
+    stale = "\n".join(f"## {n}\n{notes.BEGIN.format(name=n)}\nold typed numbers 1.23×\n{notes.END}" for n in notes.NOTEBOOKS)
+    new = notes.render(stale, tmp_path)
+    assert "1.23" not in new and "- z (3) holds — holds here" in new and new.count(notes.END) == len(notes.NOTEBOOKS)
+    assert notes.render(new, tmp_path) == new
+    with pytest.raises(ValueError, match="one generated block for 02_speedup"):
+        notes.render(new.replace(notes.BEGIN.format(name="02_speedup"), ""), tmp_path)
+
+
+def test_committed_notes_quote_the_stored_outputs():
+    text = (ROOT / notes.NOTES).read_text(encoding="utf-8")
+    assert notes.render(text) == text, "run: python -m lessonlib.course.notes"
+
+
+def test_the_committed_record_was_built_from_the_committed_reports():
+    """Each record row carries the run of the report it came from, and that is the committed report's run."""
+    report = record.read("record", ROOT / "outputs" / "benchmarks")
+    assert report is not None
+    for source, run in report.get("source_runs", {}).items():
+        committed = record.read(source, ROOT / "outputs" / "benchmarks")
+        assert runs.of(committed) == run, f"record.json's {source} rows are from run {run}, {source}.json from " \
+                                          f"{runs.of(committed)}: rebuild with python -m lessonlib.bench record"
+    assert set(report.get("source_runs", {})) == set(report["sources"])
+
+
+def test_the_committed_skill_file_was_rendered_from_the_committed_measurements():
+    from lessonlib.course.skill.render import decision_block
+
+    measurements = json.loads((ROOT / "outputs" / "benchmarks" / "temperature.json").read_text())
+    decision = decision_block((ROOT / "outputs" / "skill-speculative-tuning.md").read_text())
+    assert decision.get("measurements_run") == runs.of(measurements)
+
+
+def test_the_committed_skill_file_is_what_its_measurements_render(tmp_path):
+    """One renderer: the skill file in the repository is skill.write_skill(temperature.json, the record)."""
+    from lessonlib.course import skill
+
+    written = skill.write_skill(ROOT / "outputs" / "benchmarks" / "temperature.json", tmp_path / "skill.md")
+    assert written.read_text() == (ROOT / "outputs" / "skill-speculative-tuning.md").read_text(), \
+        "re-execute solutions/05_high_temperature.ipynb (it writes both files)"
+
+
+def test_notebook_05s_stored_excerpt_is_the_committed_skill_file():
+    """The stored run of notebook 05 printed its excerpt by reading back the file it wrote: that file is the one
+    committed (a notebook run whose outputs were not committed, or files from another run, fail here)."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "solutions" / "05_high_temperature.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", ())
+                      if o.get("output_type") == "stream")
+    text = (ROOT / "outputs" / "skill-speculative-tuning.md").read_text()
+    excerpt = text[text.index("## Worked example"): text.index("## Sources")]
+    assert excerpt.strip() and excerpt in printed
