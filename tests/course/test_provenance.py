@@ -3,7 +3,6 @@ the instructor notes' generated expected results, and the committed files checke
 from __future__ import annotations
 
 import json
-import pathlib
 
 import nbformat
 import pytest
@@ -18,7 +17,8 @@ ROOT = paths.ROOT
 
 def test_the_plan_runs_benchmarks_before_the_notebooks_that_read_them_and_notes_last():
     names = list(regenerate.NAMES)
-    assert names.index("bench record") > max(names.index(n) for n in regenerate.GROUPS["benchmarks"] if n != "bench record")
+    benchmarks = [n for n in regenerate.GROUPS["benchmarks"] if n != "bench record"]
+    assert names.index("bench record") > max(names.index(n) for n in benchmarks)
     assert names.index("bench record") < min(names.index(n) for n in regenerate.GROUPS["notebooks"])
     assert names.index("notebook 05_high_temperature") < names.index("skill") < names.index("exercises")
     assert names.index("exercises") < names.index("persian") < names.index("notes") == len(names) - 1
@@ -82,7 +82,8 @@ def test_stamping_a_notebook_changes_only_its_metadata(tmp_path):
 def _notebook(tmp_path, lines, run=None):
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("print()")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="table\n" + "".join(l + "\n" for l in lines))]
+    text = "table\n" + "".join(f"{line}\n" for line in lines)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     nb.cells = [nbformat.v4.new_markdown_cell("The run below — holds here is not a claim in markdown."), cell]
     if run:
         nb.metadata["lessonlib"] = {"run": run}
@@ -107,7 +108,8 @@ def test_render_replaces_each_block_and_refuses_notes_without_one(tmp_path):
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nbformat.v4.new_notebook(), target)
     _notebook(tmp_path, [claim("z ({z}) holds", True, show=False, z=3).text])
-    stale = "\n".join(f"## {n}\n{notes.BEGIN.format(name=n)}\nold typed numbers 1.23×\n{notes.END}" for n in notes.NOTEBOOKS)
+    stale = "\n".join(f"## {n}\n{notes.BEGIN.format(name=n)}\nold typed numbers 1.23×\n{notes.END}"
+                      for n in notes.NOTEBOOKS)
     new = notes.render(stale, tmp_path)
     assert "1.23" not in new and "- z (3) holds — holds here" in new and new.count(notes.END) == len(notes.NOTEBOOKS)
     assert notes.render(new, tmp_path) == new
