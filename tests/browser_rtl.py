@@ -25,12 +25,20 @@ _BIDI_JS = r"""async () => {
   for (const [index, cell] of w.content.widgets.entries()) {
     const m = cell.model, source = m.sharedModel.getSource().trimStart();
     if (m.type === 'code') {
-      const editor = cell.node.querySelector('.cm-content');
-      report.push({index, type: 'code', editor: editor ? dir(editor) : null}); continue;
+      let editor = cell.node.querySelector('.cm-content');
+      if (!editor) {  // an editor created only once its cell scrolls into view
+        cell.node.scrollIntoView({block: 'start'}); await frame(); await frame();
+        editor = cell.node.querySelector('.cm-content');
+      }
+      report.push({index, type: 'code', editor: editor ? dir(editor) : null, pendingRender: !editor}); continue;
     }
     if (m.type !== 'markdown' || !source.startsWith('<div dir="rtl"')) continue;
+    if (cell.rendered === false) cell.rendered = true;  // a cell left in edit mode: render it
     cell.node.scrollIntoView({block: 'start'}); await frame(); await frame();  // lay it out
     const md = cell.node.querySelector('.jp-RenderedMarkdown'), rtl = md ? [...md.querySelectorAll('[dir="rtl"]')] : [];
+    if (!md || !rtl.length) {  // not rendered yet (the notebook renders cells as they scroll in): ask again
+      report.push({index, type: 'markdown', rendered: false, pendingRender: true}); continue;
+    }
     const blocks = rtl.flatMap(d => [...d.querySelectorAll('p, h1, h2, h3, h4, li, th, td')]);
     const letters = blocks.flatMap(texts).find(n => /^[\u0600-\u06FF]{2}/.test(n.data.trimStart()));
     const at = letters ? letters.data.length - letters.data.trimStart().length : 0;
@@ -40,7 +48,8 @@ _BIDI_JS = r"""async () => {
       prose: letters ? {text: letters.data.trim().slice(0, 30),
                         rtlOrder: box(letters, at).right > box(letters, at + 1).right} : null,
       code: inline.map(c => { const t = texts(c), f = t[0], l = t[t.length - 1];
-        return {text: c.textContent, dir: dir(c), ltrOrder: order(box(f, 0), box(l, l.data.length - 1))}; }),
+        return {text: c.textContent, dir: dir(c),  // one character has no order: null
+                ltrOrder: c.textContent.trim().length < 2 ? null : order(box(f, 0), box(l, l.data.length - 1))}; }),
       math: maths.map(x => { const k = [...x.children].map(e => e.getBoundingClientRect());
         return {text: x.parentElement.textContent, dir: dir(x.parentElement),
                 ltrOrder: k.length < 2 ? null : k[0].left < k[k.length - 1].left}; }),
@@ -53,11 +62,13 @@ _BIDI_JS = r"""async () => {
 
 def bidi_report(page, timeout_s: float = RENDER_TIMEOUT_S) -> list[dict]:
     """Per cell of the open notebook: the direction its RTL markdown and code editors render
-    with (see _BIDI_JS), after MathJax has typeset every formula (bounded wait)."""
+    with (see _BIDI_JS), once every RTL markdown cell has rendered and MathJax has typeset every
+    formula (bounded wait: a cell still unrendered then is reported with rendered False, and the
+    test says which, instead of the script failing on it)."""
     last = []
 
     def typeset():
         last[:] = page.evaluate(_BIDI_JS)
-        return not any(c.get("pendingMath") for c in last)
+        return not any(c.get("pendingMath") or c.get("pendingRender") for c in last)
     _poll(page, typeset, timeout_s, interval_ms=500)
     return last

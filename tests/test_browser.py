@@ -4,7 +4,10 @@ nbval proves the kernels run; this proves the browser shows the result: every no
 widget runs without an error output, every widget renders (no "Error displaying widget"), sliders
 move and their figure or text follows, figures arrive as images, every other notebook shows its
 stored outputs (figures as images, no error), and the exercise notebook says
-"not implemented yet" instead of crashing. One JupyterLab server (on a throwaway copy of the
+"not implemented yet" instead of crashing. The Persian edition renders right to left with its
+code and formulas left to right: the Persian lesson and exercise 01 run live, every Persian
+solution is shown with its stored outputs (tests/browser_rtl.py, which waits for markdown cells
+that render late). One JupyterLab server (on a throwaway copy of the
 notebooks, so stored outputs never change) and one page serve all notebooks, in order.
 
 Select with `-m browser`, skip with `-m 'not browser'`. Without Chromium the test is skipped,
@@ -42,8 +45,12 @@ def stored_outputs(path: str) -> list[dict]:
 LESSONS = [p for p in NOTEBOOKS if any(WIDGET_VIEW in o.get("data", {}) for o in stored_outputs(p))]
 STORED = [p for p in NOTEBOOKS if p not in LESSONS]
 EXERCISES = [p for p in ["exercises/01_exact_rule.ipynb"] if (REPO / p).exists()]
-# The Persian edition (python -m lessonlib.course.translate build); its code is the English code
+# The Persian edition (python -m lessonlib.course.translate build); its code is the English code.
+# The lesson and one exercise run live; every Persian solution is opened with its stored outputs
+# (its code cells are the English solution's, which the tests above run).
 PERSIAN = [p for p in ["notebooks/fa/00_start_here.ipynb"] if (REPO / p).exists()]
+PERSIAN_SOLUTIONS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "solutions" / "fa").glob("*.ipynb"))
+PERSIAN_EXERCISES = [p for p in ["exercises/fa/01_exact_rule.ipynb"] if (REPO / p).exists()]
 CHECK_CALL = re.compile(r"checks\.exercise_\w+\(")
 NOT_IMPLEMENTED = "not implemented yet"
 # Text a broken widget or a raised exception leaves in the page, including inside Output widgets.
@@ -151,7 +158,8 @@ def check_rtl(page, report: dict, path: str) -> None:
     assert markdown, f"{path}: no translated (right-to-left) markdown cell"
     for c in markdown:
         where = f"{path} cell {c['index']}"
-        assert c["rendered"] and c["rtlBlocks"] and c["blocks"], f"{where}: RTL markdown not rendered: {c}"
+        assert c["rendered"] and c["rtlBlocks"] and c["blocks"], \
+            f"{where}: RTL markdown not rendered within {bs.RENDER_TIMEOUT_S} s: {c}"
         assert set(c["blocks"]) == {"rtl"}, f"{where}: text blocks with direction {c['blocks']}"
         assert not c["pendingMath"], f"{where}: formulas were never typeset"
         assert c["prose"] is None or c["prose"]["rtlOrder"], f"{where}: Persian laid out left to right: {c['prose']}"
@@ -222,3 +230,39 @@ def test_persian_lesson_runs_right_to_left_in_browser(lab, page, path, tmp_path)
     # the screenshot starts at the first code cell: left-to-right code, then Persian text below it
     drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_run, check_figures, check_rtl],
           focus=lambda cells: next((c["index"] for c in cells if c["type"] == "code"), None))
+
+
+@pytest.mark.parametrize("path", PERSIAN_SOLUTIONS)
+def test_persian_solution_renders_right_to_left_in_browser(lab, page, path, tmp_path):
+    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_figures, check_rtl], run=False)
+
+
+@pytest.mark.parametrize("path", PERSIAN_EXERCISES)
+def test_persian_exercise_runs_right_to_left_in_browser(lab, page, path, tmp_path):
+    drive(page, lab, path, Path(path).stem + "-exercise-fa", tmp_path, [check_run, check_figures, check_rtl])
+
+
+def test_every_persian_notebook_kind_is_checked_right_to_left():
+    assert PERSIAN == ["notebooks/fa/00_start_here.ipynb"] and len(PERSIAN_SOLUTIONS) == 5
+    assert PERSIAN_EXERCISES == ["exercises/fa/01_exact_rule.ipynb"]
+
+
+_GOOD = {"index": 1, "type": "markdown", "rendered": True, "rtlBlocks": 1, "blocks": ["rtl"], "pendingMath": False,
+         "prose": {"text": "متن", "rtlOrder": True}, "code": [{"text": "k", "dir": "ltr", "ltrOrder": None}],
+         "math": [], "pre": []}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"index": 1, "type": "markdown", "rendered": False, "pendingRender": True}, "not rendered within"),
+    ({**_GOOD, "prose": {"text": "متن", "rtlOrder": False}}, "Persian laid out left to right"),
+    ({**_GOOD, "code": [{"text": "x_y", "dir": "ltr", "ltrOrder": False}]}, "glyphs in the wrong order"),
+])
+def test_negative_control_check_rtl_fails_on_a_bad_report(monkeypatch, bad, message):
+    """No browser needed: check_rtl judges a report; a late cell that never rendered, Persian laid
+    out left to right and reversed code must each fail, the good report (a one-letter span) pass."""
+    code_cell = {"index": 0, "type": "code", "editor": "ltr"}
+    monkeypatch.setattr(browser_rtl, "bidi_report", lambda page: [code_cell, _GOOD])
+    check_rtl(None, {}, "demo.ipynb")
+    monkeypatch.setattr(browser_rtl, "bidi_report", lambda page: [code_cell, bad])
+    with pytest.raises(AssertionError, match=message):
+        check_rtl(None, {}, "demo.ipynb")

@@ -58,7 +58,17 @@ def compare(a: dict, b: dict, tolerance: float = TOLERANCE) -> dict:
     return {"rows": out, "rows_compared": len(out), "within": int((deviations <= tolerance).sum()),
             "max_deviation": float(deviations.max()), "median_deviation": float(np.median(deviations)),
             "tolerance": tolerance, "agree": bool((deviations <= tolerance).all()),
-            "runs": [runs.of(a), runs.of(b)], "settings": [a.get("settings"), b.get("settings")]}
+            "runs": _run_names(a, b), "settings": [a.get("settings"), b.get("settings")]}
+
+
+def _run_names(a: dict, b: dict) -> list[str]:
+    """The two reports' run ids; under one regeneration (one LESSONLIB_RUN) both carry the same id, so
+    each is told apart by when it was written."""
+    ids = [runs.of(a), runs.of(b)]
+    if ids[0] is None or ids[0] != ids[1]:
+        return [str(i) for i in ids]
+    written = [(r.get("run") or {}).get("written", "?") for r in (a, b)]
+    return [f"{ids[0]} (first run, written {written[0]})", f"{ids[1]} (second run, written {written[1]})"]
 
 
 def markdown(result: dict) -> str:

@@ -11,7 +11,10 @@ its inter-quartile range, the number of prompts, the thread count and the machin
 number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
 The decode and tree benchmarks refresh the record when they finish; ``record`` alone
 rebuilds it from their JSON files (run ``decode`` and ``tree`` first for a fresh record).
-Notebooks that show a benchmark number read it from here (``load``, ``find``).
+Notebooks that show a benchmark number read it from here (``load``, ``find``, ``read``); each
+notebook's last cell prints ``quoted()``, the run of every report it read, and
+tests/course/test_provenance.py fails when a committed notebook quotes another run than the
+committed report (a benchmark re-run without re-executing the notebooks that quote it).
 """
 from __future__ import annotations
 
@@ -158,7 +161,12 @@ def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
                  + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
     report = read("agreement", folder)
     if report:
-        lines.append(agreement_line(report))
+        line = agreement_line(report)
+        decode_run = ids.get("decode")
+        if decode_run and not any(str(run).startswith(str(decode_run)) for run in report.get("runs", [])):
+            line += (f" The decode rows above are from another run ({decode_run}): that agreement was measured on "
+                     "two earlier runs, not on this one.")
+        lines.append(line)
     return lines
 
 
@@ -209,14 +217,54 @@ def write(folder: pathlib.Path | None = None) -> pathlib.Path:
                                           "source_runs": runs_of}, md, folder)
 
 
+_QUOTED: dict[str, str] = {}  # report -> run id, for every report this process has read (``quoted``)
+QUOTED = "Quoted from the benchmark reports: "  # the line ``quoted`` prints; the provenance test parses it
+UNRECORDED = "unrecorded"  # a report written before runs were stamped
+
+
+def _note(report: dict, stem: str) -> None:
+    """Remember which run ``stem`` came from; the record stands for every source it was built from."""
+    if stem == "record":
+        for source, run in (report.get("source_runs") or {}).items():
+            _QUOTED[source] = str(run) if run else UNRECORDED
+    else:
+        _QUOTED[stem] = str(runs.of(report) or UNRECORDED)
+
+
+def quoted() -> str:
+    """One line, ``QUOTED`` then ``report=run id; ...``: each report this process read (directly or
+    through the record) and the run it came from ("none" when nothing was read)."""
+    if not _QUOTED:
+        return QUOTED + "none"
+    return QUOTED + "; ".join(f"{stem}={run}" for stem, run in sorted(_QUOTED.items()))
+
+
+def parse_quoted(line: str) -> dict[str, str]:
+    """{report: run id} from a line ``quoted`` printed (ValueError on any other line)."""
+    if not isinstance(line, str) or not line.startswith(QUOTED):
+        raise ValueError(f"line must start with {QUOTED!r}, got {line!r}")
+    body = line[len(QUOTED):].strip()
+    if body == "none":
+        return {}
+    out = {}
+    for part in body.split("; "):
+        stem, sep, run = part.partition("=")
+        if not sep or not stem.isidentifier() or not runs.PATTERN.fullmatch(run):
+            raise ValueError(f"each report reads 'NAME=RUN', got {part!r}")
+        out[stem] = run
+    return out
+
+
 def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
     """A benchmark report ``stem.json`` from ``folder`` (default paths.benchmarks()), else the
     shipped one in the repository's outputs/benchmarks/ (tests point the outputs elsewhere);
-    None when neither exists."""
+    None when neither exists. Its run is remembered for ``quoted``."""
     for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(),
                  paths.ROOT / "outputs" / "benchmarks"):
         if (base / f"{stem}.json").exists():
-            return _report(base / f"{stem}.json")
+            report = _report(base / f"{stem}.json")
+            _note(report, stem)
+            return report
     return None
 
 

@@ -3,7 +3,8 @@
 Which English notebooks have a Persian edition, their markdown cells (one entry each: ``msgctxt``
 the cell id, ``msgid`` the English, ``msgstr`` the Persian), reading and writing catalogs with
 ``polib``, ``merge`` / ``extract`` (msgmerge's rules: new cells get empty entries, changed ones turn
-fuzzy, removed ones obsolete) and ``translation``, the current reviewed Persian of one cell.
+fuzzy, removed ones obsolete) and ``translation``, the current Persian of one cell: current by
+content, the hash of the English it was approved against (``lessonlib.course.drift``).
 ``python -m lessonlib.course.translate`` (``translate``) is the command line.
 """
 from __future__ import annotations
@@ -14,12 +15,14 @@ import nbformat
 import polib
 
 from lessonlib import paths
+from lessonlib.course import drift
 from lessonlib.jsonio import write_atomic
 
 ROOT = paths.ROOT
 LANG = "fa"
 SOURCES = (("notebooks", "[0-9][0-9]_*.ipynb"), ("solutions", "[0-9][0-9]_*.ipynb"))
 BUILD = "python -m lessonlib.course.translate build"
+APPROVE = "python -m lessonlib.course.translate approve"
 STATUS = "X-Translation-Status"  # "in progress" until the translator sets "complete"
 COMPLETE = "complete"
 HEADER = """\
@@ -27,14 +30,21 @@ Persian translation of {source} (the course on speculative decoding and EAGLE).
 
 One entry per markdown cell: msgctxt is the English cell's id, msgid its English text, msgstr
 the Persian. Write for a Persian reader, not word for word; keep technical terms in English
-where Persian readers use them (speculative decoding, draft, target, EAGLE, KV cache, ...), as
-the lesson's glossary does. Keep the Markdown structure, links and numbers. Write formulas as
-$...$ and identifiers or commands in backticks: the build shows both left to right inside the
-right-to-left text (plain-text formulas such as K + 1 can come out reordered).
+where Persian readers use them (draft, target, EAGLE, KV cache, ...) and render the others
+as locale/fa/glossary.tsv says (translate check lints every catalog against it). Keep the
+Markdown structure, links and numbers. Write formulas as $...$ and identifiers or commands in
+backticks: the build shows both left to right inside the right-to-left text (plain-text
+formulas such as K + 1 can come out reordered).
 
 "#, fuzzy" means the English changed after this entry was translated; the English it was
-translated from is under "#| msgid". Update msgstr, then delete the fuzzy line and the "#|"
-lines. When every entry is translated and none is fuzzy, set {status} to "{complete}".
+translated from is under "#| msgid". A translation is current only when its "# approved:"
+comment holds the hashes of the cell's English now and of this msgstr (lessonlib.course.drift);
+deleting the fuzzy line does not make it current. Update msgstr, then run
+    python -m lessonlib.course.translate approve {name} CELL-ID
+which records the hashes and refuses a Persian that did not change while the English did
+(--unchanged-persian-ok, recorded in the entry, when the English edit needs no Persian change)
+or that lacks one of the English's numbers, code spans, links or formulas. When every entry is
+translated and current, set {status} to "{complete}".
 Then regenerate the Persian notebooks: {build}"""
 
 
@@ -80,12 +90,18 @@ def load_catalog(path: pathlib.Path) -> polib.POFile:
                          "run: python -m lessonlib.course.translate extract") from None
 
 
+def header(source: str) -> str:
+    """The comment at the top of the catalog of the English notebook ``source``."""
+    return HEADER.format(source=source, name=pathlib.PurePosixPath(source).stem, status=STATUS,
+                         complete=COMPLETE, build=BUILD)
+
+
 def new_catalog(source: str) -> polib.POFile:
     po = polib.POFile(wrapwidth=0)
-    po.header = HEADER.format(source=source, status=STATUS, complete=COMPLETE, build=BUILD)
+    po.header = header(source)
     po.metadata = {"Project-Id-Version": "lessonlib course", "Language": LANG, "MIME-Version": "1.0",
                    "Content-Type": "text/plain; charset=UTF-8", "Content-Transfer-Encoding": "8bit",
-                   "X-Source": source, STATUS: "in progress"}
+                   "X-Source": source, STATUS: "in progress", drift.MARK: drift.MARK_VALUE}
     return po
 
 
@@ -167,9 +183,7 @@ def extract(root: pathlib.Path = ROOT, names=()) -> dict[pathlib.Path, list[str]
 # --- reading a translation (build) ---------------------------------------------------------
 
 def translation(po: polib.POFile | None, cell_id: str, english: str) -> str | None:
-    """The Persian for one cell, or None when there is no current, reviewed one (missing, empty,
-    fuzzy, obsolete, or made for other English text): such a cell stays English."""
+    """The Persian for one cell, or None when there is no current one (missing, empty, obsolete,
+    or not approved against exactly this English: ``drift.current``): such a cell stays English."""
     entry = po.find(cell_id, by="msgctxt") if po is not None else None
-    if entry is None or entry.fuzzy or not entry.msgstr.strip() or entry.msgid != english:
-        return None
-    return entry.msgstr
+    return entry.msgstr if entry is not None and drift.current(entry, english) else None

@@ -13,6 +13,12 @@ cannot drift from the run. The sentence is one template string (placeholders are
 
 Comparisons of measured spreads go through ``Interval``: ``a > b`` holds only when a's whole
 interval lies above b's, so "faster" cannot be printed as holding while the intervals overlap.
+
+The line is printed in the course's language (``messages.use``): the sentence through the
+catalogue (``locale/fa/claims.po``, written by ``claim_catalogue``), the verdict words too, and a
+string value that is a word the code computes (``order``'s "above") as a value word
+(``messages.word``); names and numbers stay as they are. ``Claim.sentence`` is always the English
+template, and in English the line is exactly what it was before there were translations.
 """
 from __future__ import annotations
 
@@ -24,8 +30,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from lessonlib.course import messages
+
 HOLDS = "holds here"
 FAILS = "does not hold here"
+# The verdicts as catalogue templates, the dash included: translating stored output matches them
+# only after a claim's sentence, never a "(holds here)" in some other printed line.
+SAYS_HOLDS = f"— {HOLDS}"
+SAYS_FAILS = f"— {FAILS}"
+MEASURED = f"— {FAILS}: measured {{measured}}"  # a failing claim's verdict, with what was measured
+ORDER_WORDS = ("above", "below", "overlaps")  # what order returns: value words of the catalogue
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,8 @@ class Interval:
 
 
 def order(a: Interval, b: Interval) -> str:
-    """'above', 'below' or 'overlaps': where interval a lies against b (the word a sentence may use)."""
+    """'above', 'below' or 'overlaps': where interval a lies against b (the word a sentence may use;
+    always English here, ``claim`` shows it in the course's language)."""
     if not isinstance(a, Interval) or not isinstance(b, Interval):
         raise ValueError(f"order needs two Intervals, got {a!r} and {b!r}")
     return "above" if a > b else "below" if a < b else "overlaps"
@@ -136,6 +151,17 @@ def _as_bool(holds: Any) -> bool:
     raise ValueError(f"holds must be a bool (the condition on this run's values), got {holds!r}")
 
 
+def _template(sentence: str) -> str:
+    """The sentence in the course's language; English when the translation is missing or names
+    other placeholders than the English (a broken catalogue entry must not break a student's run)."""
+    translated = messages._(sentence)
+    try:
+        same = sorted(_fields(translated)) == sorted(_fields(sentence))
+    except ValueError:  # a placeholder the English could not have ({0}, {x!r})
+        same = False
+    return translated if same else sentence
+
+
 def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Claim:
     """State ``sentence`` (a template over ``values``) with this run's numbers and whether it holds.
 
@@ -143,7 +169,8 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
         every placeholder names a keyword in ``values``, with an optional format spec.
     holds: the condition on those values, a bool (for spreads: ``Interval`` comparisons).
     show: print the line (a notebook cell); False only builds it (a test).
-    Returns a ``Claim``: truthy when it holds; ``.text`` is the printed line.
+    Returns a ``Claim``: truthy when it holds; ``.text`` is the printed line (in the course's
+    language), ``.sentence`` the English template.
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError(f"sentence must be a non-empty template string, got {sentence!r}")
@@ -154,15 +181,18 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
     for name, value in values.items():
         _check_value(name, value)
     ok = _as_bool(holds)
-    text = sentence.format(**values)
+    said = {name: messages.word(value) for name, value in values.items()}  # "above" in the course's language
+    text = _template(sentence).format(**said)
     if ok:
-        line = f"{text} — {HOLDS}"
+        line = f"{text} {messages._(SAYS_HOLDS)}"
     else:
         specs = dict(fields)
-        numbers = {k: v for k, v in values.items() if isinstance(v, (Real, Interval)) and not isinstance(v, bool)}
-        shown = numbers or values  # the measured numbers; labels (a draft's name) are already in the sentence
+        numbers = {k: v for k, v in said.items() if isinstance(v, (Real, Interval)) and not isinstance(v, bool)}
+        shown = numbers or said  # the measured numbers; labels (a draft's name) are already in the sentence
         measured = ", ".join(f"{name} = {value:{specs.get(name, '')}}" for name, value in shown.items())
-        line = f"{text} — {FAILS}: measured {measured}"
+        # a sentence without values has nothing to list: the verdict alone, not "measured" and nothing
+        verdict = messages.say(MEASURED, measured=measured) if measured else messages._(SAYS_FAILS)
+        line = f"{text} {verdict}"
     if show:
         print(line)
     return Claim(sentence, dict(values), ok, line)

@@ -15,7 +15,10 @@ becomes, in ``exercises/NN_name.ipynb``::
         \"\"\"...\"\"\"
         raise NotImplementedError("exercise 1a: return max(p - q, 0) normalised")
 
-and every output, execution count and timing record is cleared.
+and every output, execution count and timing record is cleared. In a Persian exercise
+(``exercises/fa/``, generated from ``solutions/fa/`` by the Persian build) the prompt that replaces
+a hidden answer is the Persian of ``locale/fa/messages.po``; the stub's message stays English in
+the code, like all code, and is shown in Persian where it is shown (``widgets.safe_call``).
 
     python -m lessonlib.course.exercises                  # (re)write exercises/ from solutions/
     python -m lessonlib.course.exercises 01_exact_rule    # only that notebook
@@ -31,6 +34,7 @@ import sys
 
 import nbformat
 from lessonlib import cli, paths
+from lessonlib.course.messages import N_, say, translated
 from lessonlib.jsonio import write_atomic
 
 ROOT = paths.ROOT
@@ -38,12 +42,11 @@ BEGIN = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION(?P<message>.*)$")
 END = re.compile(r"^\s*### END SOLUTION\s*$")
 MESSAGE = re.compile(r"exercise \d+[a-z]?: \S")
 # A markdown cell tagged "answer" answers the "Predict before you run" question above it; the
-# student sees a prompt instead, so the prediction is theirs before the output tells them.
+# student sees a prompt instead, so the prediction is theirs before the output tells them. The
+# prompt is an English template (messages), in the notebook's language: Persian in exercises/fa/.
 ANSWER_TAG = "answer"
-ANSWER_PLACEHOLDER = "*Your prediction, then compare with the output above.*"
-
-
-ANSWER_PLACEHOLDER_FA = "*پیش‌بینی خودتان را بنویسید، سپس با خروجی بالا مقایسه کنید.*"
+ANSWER_PLACEHOLDER = N_("*Your prediction, then compare with the output above.*")
+ANSWER_PLACEHOLDER_FA = translated(ANSWER_PLACEHOLDER, "fa")
 # The first code cell of every exercise notebook starts with these lines: what a student's run
 # writes (exercise 05's measurements and skill file) goes under exercises/my-outputs/, never over
 # the course's tracked outputs/ (LESSONLIB_OUTPUTS, when set, still wins: the tests set it).
@@ -52,17 +55,36 @@ STUDENT_OUTPUTS = ("import lessonlib.paths\n"
                    "not over the course's outputs/\n")
 
 
+def _language(name: str) -> str:
+    """The language of a notebook named as ``exercise_notebook`` gets it: "fa" for ``fa/NN_x.ipynb``."""
+    return name.split("/", 1)[0] if "/" in name else "en"
+
+
 def answer_pointer(name: str) -> str:
     """The placeholder of a hidden answer, and where the answer is: the same place in the
     solution notebook ``solutions/<name>`` (``name`` as ``exercise_notebook`` gets it, e.g.
     ``04_eagle_tree.ipynb`` or ``fa/04_eagle_tree.ipynb``, whose pointer is in Persian), linked
-    relative to the exercise."""
+    relative to the exercise. The language is the notebook's (``fa/`` for Persian), not the
+    process's setting: one run of the generator writes both editions."""
     link = "../" * (name.count("/") + 1) + f"solutions/{name}"
-    if name.startswith("fa/"):
-        return (f"{ANSWER_PLACEHOLDER_FA} پاسخ در [`solutions/{name}`]({link}) است: سلولی که درست "
-                "بعد از سلول کدِ این پرسش می‌آید.")
-    return (f"{ANSWER_PLACEHOLDER} The answer: [`solutions/{name}`]({link}), the cell right after this "
-            "question's code cell.")
+    lang = _language(name)
+    return say("{prompt} The answer: [`{path}`]({link}), the cell right after this question's code cell.", lang,
+               prompt=translated(ANSWER_PLACEHOLDER, lang), path=f"solutions/{name}", link=link)
+
+
+def solution_messages(root: pathlib.Path = ROOT) -> dict[str, list[str]]:
+    """{stub message: [solution notebooks]} of every ``BEGIN SOLUTION`` marker: templates of the
+    library's catalogue (``message_catalogue``). The stub's code stays English (a Persian exercise has
+    its English notebook's code cells); where the message is shown (``widgets.safe_call``) it is
+    turned into the student's language."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for line in cell.source.split("\n") if cell.cell_type == "code" else []:
+                begin = BEGIN.match(line)
+                if begin and MESSAGE.match(begin["message"].strip()):
+                    found.setdefault(begin["message"].strip(), []).append(path.relative_to(root).as_posix())
+    return found
 
 
 def strip_solution(source: str, where: str = "cell") -> str:

@@ -62,7 +62,8 @@ def _notebook(path):
 
 PLAN = (
     _bench("bandwidth"), _bench("shapes"), _bench("load"),
-    _bench("agreement", "--threads", "1", makes=("outputs/benchmarks/decode.json", "outputs/benchmarks/decode.md",
+    # both thread settings: notebook 00 compares one thread with two from the record's decode rows
+    _bench("agreement", "--threads", "1", "2", makes=("outputs/benchmarks/decode.json", "outputs/benchmarks/decode.md",
                                                   "outputs/benchmarks/agreement.json",
                                                   "outputs/benchmarks/agreement.md")),
     _bench("tree"), _bench("profile"), _bench("kinds"), _bench("calibration"), _bench("sampled"), _bench("batch"),

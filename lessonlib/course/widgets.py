@@ -8,6 +8,10 @@ Every explorer is a ``live_view``: controls, a text line and a PNG image, redraw
 the widgets' values. No ``Output`` widget captures prints or figures, because JupyterLab 4
 handles widget messages on a second kernel thread and a capture in flight there can be cut
 short (a half-drawn figure; found by the browser test).
+
+The text a widget shows goes through ``messages`` (the student's language). A figure's labels do
+too, but their Persian entries are symbols (K*, min(p, q)), not Persian words: matplotlib draws
+Persian letters unjoined and left to right.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lessonlib.course import plots
+from lessonlib.course.messages import _, say, translated
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -59,7 +64,7 @@ def safe_call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs), None
     except NotImplementedError as err:
-        return None, f"not implemented yet ({err})"
+        return None, say("not implemented yet ({error})", error=translated(str(err)))  # a stub's message
     except Exception as err:  # a widget must survive any student bug
         return None, f"{type(err).__name__}: {err}"
 
@@ -98,11 +103,15 @@ def speedup_summary(alpha: float, k: int, c: float, tokens_fn, speedup_fn, optim
 def speedup_text(s: dict) -> str:
     """One paragraph describing a ``speedup_summary``."""
     if s["error"]:
-        return f"α = {s['alpha']:.2f}, K = {s['k']}, c = {s['c']:.2f}: cannot compute — {s['error']}"
-    verdict = "faster than" if s["speedup"] > 1 + 1e-9 else "slower than" if s["speedup"] < 1 - 1e-9 else "as fast as"
-    return (f"α = {s['alpha']:.2f}, K = {s['k']}, c = {s['c']:.2f}: {s['tokens']:.2f} tokens per target pass, "
-            f"{s['wall_time']:.3f} target passes per token → {s['speedup']:.2f}× ({verdict} plain decoding).\n"
-            f"Best K at this α and c: {s['best_k']} → {s['best_speedup']:.2f}×.")
+        return say("α = {alpha:.2f}, K = {k}, c = {c:.2f}: cannot compute — {error}", alpha=s["alpha"], k=s["k"],
+                   c=s["c"], error=s["error"])
+    verdict = (_("faster than plain decoding") if s["speedup"] > 1 + 1e-9 else
+               _("slower than plain decoding") if s["speedup"] < 1 - 1e-9 else _("as fast as plain decoding"))
+    return (say("α = {alpha:.2f}, K = {k}, c = {c:.2f}: {tokens:.2f} tokens per target pass, "
+                "{wall_time:.3f} target passes per token → {speedup:.2f}× ({verdict}).", alpha=s["alpha"], k=s["k"],
+                c=s["c"], tokens=s["tokens"], wall_time=s["wall_time"], speedup=s["speedup"], verdict=verdict) + "\n"
+            + say("Best K at this α and c: {best_k} → {best_speedup:.2f}×.", best_k=s["best_k"],
+                  best_speedup=s["best_speedup"]))
 
 
 def speedup_explorer(tokens_fn, speedup_fn, optimal_k_fn, alpha=0.8, k=4, c=0.05, k_max=16):
@@ -117,14 +126,14 @@ def speedup_explorer(tokens_fn, speedup_fn, optimal_k_fn, alpha=0.8, k=4, c=0.05
 
     def render(alpha, k, c):
         summary = speedup_summary(alpha, k, c, tokens_fn, speedup_fn, optimal_k_fn, k_max)
-        ks, values, _ = speedup_curve(alpha, c, speedup_fn, k_max)
+        ks, values, _error = speedup_curve(alpha, c, speedup_fn, k_max)
         fig = Figure(figsize=(6, 3), layout="constrained")
         ax = fig.subplots()
         ax.plot(ks, values, "-o", ms=3, color=plots.COLORS["p"])
         if summary["speedup"] is not None:
-            ax.plot(k, summary["speedup"], "o", ms=9, mfc="none", color="k", label="your K")
+            ax.plot(k, summary["speedup"], "o", ms=9, mfc="none", color="k", label=_("your K"))
         if summary["best_speedup"] is not None:
-            ax.plot(summary["best_k"], summary["best_speedup"], "*", ms=12, color=plots.COLORS["q"], label="best K")
+            ax.plot(summary["best_k"], summary["best_speedup"], "*", ms=12, color=plots.COLORS["q"], label=_("best K"))
         ax.axhline(1, color="k", lw=0.8)
         ax.set_xlabel("K")
         ax.set_ylabel("speedup")
@@ -169,11 +178,12 @@ def acceptance_explorer(p, k: int = 4, c: float = 0.05):
             return f"α = {alpha:.2f}: {error}", None
         fig = Figure(figsize=(10, 3), layout="constrained")
         axes = fig.subplots(1, 2, sharey=True)
-        plots.distributions({"p": p, "q": s["q"]}, ax=axes[0], title="target p and draft q")
+        plots.distributions({"p": p, "q": s["q"]}, ax=axes[0], title=_("target p and draft q"))
         plots.distributions({"min(p, q)": s["overlap"], "residual": s["residual"]}, ax=axes[1],
-                            title="accepted part and residual")
-        return (f"Σ min(p, q) = {s['alpha']:.3f}; with K = {k}: {s['tokens']:.2f} tokens per target pass, "
-                f"{s['speedup']:.2f}× at draft cost c = {c}"), fig
+                            title=_("accepted part and residual"))
+        return say("Σ min(p, q) = {alpha:.3f}; with K = {k}: {tokens:.2f} tokens per target pass, "
+                   "{speedup:.2f}× at draft cost c = {c}", alpha=s["alpha"], k=k, tokens=s["tokens"],
+                   speedup=s["speedup"], c=c), fig
 
     return live_view(render, {"alpha": slider})
 
@@ -186,17 +196,20 @@ def tree_summary(report: dict, method: str) -> str:
     draft cost and the verify cost of a forward over that many positions."""
     row = next(r for r in report["rows"] if r["method"] == method)
     cost = report["verify_cost"]
-    lines = [f"{method}: τ = {row['tau']:.2f} tokens per target pass, wall-clock speedup {row['speedup']:.2f}×"]
+    lines = [say("{method}: τ = {tau:.2f} tokens per target pass, wall-clock speedup {speedup:.2f}×", method=method,
+                 tau=row["tau"], speedup=row["speedup"])]
     if "mean_nodes" in row:
         n = row["mean_nodes"] + 1
         near = min(cost, key=lambda c: abs(c["new_tokens"] - n))
-        lines.append(f"tree of {row['mean_nodes']:.0f} nodes: one verify pass over {n:.0f} positions ≈ "
-                     f"{near['tree_vs_one_token']:.2f}× a one-token pass (measured at {near['new_tokens']})")
-        lines.append(f"drafting the tree costs {row['draft_cost_per_round']:.2f} verify passes per round")
-        lines.append("acceptance by depth: "
-                     + ", ".join("-" if a is None else f"{a:.2f}" for a in row["acceptance_by_depth"]))
+        lines.append(say("tree of {nodes:.0f} nodes: one verify pass over {positions:.0f} positions ≈ "
+                         "{ratio:.2f}× a one-token pass (measured at {measured})", nodes=row["mean_nodes"],
+                         positions=n, ratio=near["tree_vs_one_token"], measured=near["new_tokens"]))
+        lines.append(say("drafting the tree costs {cost:.2f} verify passes per round",
+                         cost=row["draft_cost_per_round"]))
+        lines.append(say("acceptance by depth: {rates}", rates=", ".join(
+            "-" if a is None else f"{a:.2f}" for a in row["acceptance_by_depth"])))
     elif "alpha" in row:
-        lines.append(f"chain: α = {row['alpha']:.2f}, measured c = {row['c']:.3f}")
+        lines.append(say("chain: α = {alpha:.2f}, measured c = {c:.3f}", alpha=row["alpha"], c=row["c"]))
     return "\n".join(lines)
 
 
@@ -205,5 +218,5 @@ def tree_explorer(report: dict):
     import ipywidgets as w
 
     methods = [r["method"] for r in report["rows"] if r["method"] != "plain"]
-    choice = w.Dropdown(options=methods, value=methods[0], description="method", layout=w.Layout(width="460px"))
+    choice = w.Dropdown(options=methods, value=methods[0], description=_("method"), layout=w.Layout(width="460px"))
     return live_view(lambda method: (tree_summary(report, method), None), {"method": choice}, figure=False)

@@ -73,3 +73,26 @@ def test_the_record_prints_the_agreement_and_each_sources_run(tmp_path, monkeypa
     assert lines[1].endswith("decode fast; tree not recorded")
     assert lines[2].startswith("Run-to-run agreement") and "4 of 4" in lines[2]
     assert record.provenance_lines(rows[:1], tmp_path / "none")[0].endswith("(one run)")
+
+
+def test_two_runs_under_one_regeneration_id_are_told_apart():
+    """Under one LESSONLIB_RUN both runs carry the same id: the result names each by when it was written,
+    so agreement.md never names one run twice (two different ids stay as they are, above)."""
+    a, b = report(A, "regen-1"), report({k: s * 1.01 for k, s in A.items()}, "regen-1")
+    a["run"]["written"], b["run"]["written"] = "2026-12-03T06:00:00Z", "2026-12-03T06:11:00Z"
+    names = agreement.compare(a, b)["runs"]
+    assert names[0] != names[1] and all(n.startswith("regen-1") for n in names)
+    assert "06:00:00" in names[0] and "06:11:00" in names[1]
+
+
+def test_the_record_says_when_its_decode_rows_are_not_from_the_compared_runs(tmp_path):
+    """The agreement line describes two runs; when decode.json was re-run since, the record says so (and
+    says nothing extra when the decode rows are the second compared run: the negative control)."""
+    import json
+
+    result = agreement.compare(report(A, "run-a"), report({k: s * 1.01 for k, s in A.items()}, "run-b"))
+    (tmp_path / "agreement.json").write_text(json.dumps(result))
+    rows = lambda run: [{"source": "decode", "run": run, "path": "fast"}]  # noqa: E731
+    later = record.provenance_lines(rows("run-c"), tmp_path)[-1]
+    assert "from another run (run-c)" in later
+    assert "another run" not in record.provenance_lines(rows("run-b"), tmp_path)[-1]

@@ -124,3 +124,10 @@ def test_bad_comparisons_are_refused():
 
 def test_the_printed_words_are_the_modules():
     assert claims.HOLDS == "holds here" and claims.FAILS == "does not hold here"
+
+
+def test_a_failing_claim_without_values_prints_the_verdict_alone():
+    """Nothing measured to list: no dangling "measured" (the Persian build matches the verdict as a template)."""
+    c = claim("the best speedup stays under 1/(1 − α)", False, show=False)
+    assert c.text == "the best speedup stays under 1/(1 − α) — does not hold here"
+    assert claim("x is {x}", False, show=False, x=2).text == "x is 2 — does not hold here: measured x = 2"

@@ -48,6 +48,11 @@ CONVERTED = {name: str(path.relative_to(ROOT)) for name, path in NOTEBOOKS.items
              if (DEFINITION_FILES / f"{name}.txt").exists()}
 DEFINITIONS = {name: definitions(name) for name in CONVERTED}
 
+
+def test_every_notebook_is_converted():
+    """Issue 30 converted all six: a new notebook (or a deleted definitions file) cannot slip out of the lint."""
+    assert sorted(CONVERTED) == sorted(NOTEBOOKS), f"no definitions file for {sorted(set(NOTEBOOKS) - set(CONVERTED))}"
+
 REFERENCE = re.compile(
     r"\b(?:sections?|cells?|notebooks?|exercises?|parts?|figures?|tables?|eq\.?|equations?|thm|theorem|cor\.?|"
     r"lemma|appendix|issues?|prs?|step|rows?|columns?|item|position|depth)\s+(?:[#]?\d+[a-d]?(?:\.\d+)?)"

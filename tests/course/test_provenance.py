@@ -76,6 +76,7 @@ def test_stamping_a_notebook_changes_only_its_metadata(tmp_path):
     before, after = (nbformat.read(p, as_version=4) for p in (source, tmp_path / "nb.ipynb"))
     assert after.metadata["lessonlib"]["run"] == "regen-x" and notes.run_of(tmp_path / "nb.ipynb") == "regen-x"
     after.metadata.pop("lessonlib")
+    before.metadata.pop("lessonlib", None)  # a notebook a regeneration executed carries its own stamp
     assert after == before
 
 
@@ -161,3 +162,58 @@ def test_notebook_05s_stored_excerpt_is_the_committed_skill_file():
     text = (ROOT / "outputs" / "skill-speculative-tuning.md").read_text()
     excerpt = text[text.index("## Worked example"): text.index("## Sources")]
     assert excerpt.strip() and excerpt in printed
+
+
+NOTEBOOKS_THAT_QUOTE = [p for p in regenerate.NOTEBOOKS if "record." in (ROOT / p).read_text(encoding="utf-8")]
+
+
+def _quoted_line(path) -> str | None:
+    nb = nbformat.read(ROOT / path, as_version=4)
+    lines = [line for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", ())
+             if o.get("output_type") == "stream" for line in o.get("text", "").splitlines()
+             if line.startswith(record.QUOTED)]
+    return lines[-1] if lines else None
+
+
+def test_some_notebooks_quote_the_reports():
+    assert len(NOTEBOOKS_THAT_QUOTE) >= 4, NOTEBOOKS_THAT_QUOTE
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS_THAT_QUOTE)
+def test_each_stored_notebook_quotes_the_committed_reports_run(path):
+    """A notebook that reads a benchmark report prints, last, which run each report it read came from; every
+    one is the run of the committed report. A benchmark re-run (or a rebuilt record) without re-executing the
+    notebooks that quote it fails here: the stored prose and tables would quote numbers the files no longer hold."""
+    line = _quoted_line(path)
+    assert line is not None, f"{path}: its last code cell must print record.quoted(); re-execute it"
+    quoted = record.parse_quoted(line)
+    assert quoted, f"{path} reads the record but its stored run quoted no report"
+    for stem, run in quoted.items():
+        committed = record.read(stem, ROOT / "outputs" / "benchmarks")
+        assert committed is not None, f"{path} quotes {stem}.json, which is not committed"
+        committed_run = runs.of(committed)  # the record's source runs are these files' (test above)
+        assert run == str(committed_run or record.UNRECORDED), \
+            f"{path} quotes {stem} from run {run}, but the committed {stem} is from run {committed_run}: " \
+            f"re-execute {path}"
+
+
+def test_quoted_names_each_report_read_and_its_run(tmp_path):
+    """The line records what was read, and parse_quoted refuses a line it did not write (negative controls)."""
+    from lessonlib.jsonio import write_atomic
+
+    saved = dict(record._QUOTED)
+    record._QUOTED.clear()
+    try:
+        assert record.parse_quoted(record.quoted()) == {}
+        write_atomic(tmp_path / "kinds.json", json.dumps({"rows": [], "run": {"id": "run-k"}}))
+        write_atomic(tmp_path / "record.json", json.dumps({"rows": [], "source_runs": {"decode": "run-d",
+                                                                                        "tree": None}}))
+        record.read("kinds", tmp_path)
+        record.load(tmp_path)
+        assert record.parse_quoted(record.quoted()) == {"kinds": "run-k", "decode": "run-d", "tree": record.UNRECORDED}
+    finally:
+        record._QUOTED.clear()
+        record._QUOTED.update(saved)
+    for bad in ("Runs: decode=x", record.QUOTED + "decode=", record.QUOTED + "decode x", record.QUOTED + "=x"):
+        with pytest.raises(ValueError):
+            record.parse_quoted(bad)

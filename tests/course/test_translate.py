@@ -1,11 +1,14 @@
 """The Persian edition: catalogs follow the English notebooks, the Persian notebooks follow both.
 
 Two kinds of tests. On the repository: the catalogs in locale/fa/ are in sync with the English
-notebooks (else: run extract), no translation has drifted from its English (fuzzy), the
-generated Persian notebooks are up to date (else: run build), and every catalog declared
-complete has every cell translated. On a tiny course in a temporary folder, and on a temporary
-copy of the real one: the machinery itself, with negative controls (an English edit is reported
-fuzzy, a removed translation missing, a tampered Persian notebook out of date).
+notebooks (else: run extract), no translation has drifted from its English (fuzzy, or stale:
+not approved against this English and this Persian, lessonlib.course.drift), every translation
+carries its English cell's numbers, code, links and math, the generated Persian notebooks are
+up to date (else: run build), and every catalog declared complete has every cell translated. On
+a tiny course in a temporary folder, and on a temporary copy of the real one: the machinery
+itself, with negative controls (an English edit is reported fuzzy and stays stale when the fuzzy
+line is deleted by hand, approving an unchanged Persian is refused, a changed number is caught,
+a removed translation is missing, a tampered Persian notebook out of date).
 """
 import json
 import re
@@ -16,7 +19,7 @@ import nbformat
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-from lessonlib.course import exercises, translate
+from lessonlib.course import drift, exercises, persian, translate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "python -m lessonlib.course.translate"
@@ -36,9 +39,19 @@ def test_catalogs_are_in_sync_with_the_english_notebooks():
 
 
 def test_no_translation_has_drifted_from_its_english():
-    drifted = [f"{r['catalog']}: {', '.join(r['fuzzy'])}" for r in translate.status(ROOT) if r["fuzzy"]]
-    assert not drifted, ("these English cells changed after they were translated (fuzzy); update the "
-                         "msgstr, remove the fuzzy flag, then run `" + RUN + " build`:\n" + "\n".join(drifted))
+    drifted = [f"{r['catalog']}: {', '.join(r['fuzzy'] + r['stale'])}" for r in translate.status(ROOT)
+               if r["fuzzy"] or r["stale"]]
+    assert not drifted, ("these cells are not approved against their English and Persian (an English edit, "
+                         f"or a Persian edit not yet approved); update the msgstr, run `{RUN} approve NAME CELL`, "
+                         f"then `{RUN} build`:\n" + "\n".join(drifted))
+
+
+def test_every_catalog_is_migrated_and_every_translation_carries_its_english():
+    for english in translate.english_notebooks(ROOT):
+        po = translate.load_catalog(translate.catalog_path(ROOT, english))
+        assert po.metadata.get(drift.MARK) == drift.MARK_VALUE, english
+    lacking = [f"{r['catalog']}: {line}" for r in translate.status(ROOT) for line in r["lacking"]]
+    assert not lacking, "translations without their English's numbers, code, links or math:\n" + "\n".join(lacking)
 
 
 def test_persian_notebooks_are_up_to_date():
@@ -49,17 +62,30 @@ def test_persian_notebooks_are_up_to_date():
 @pytest.mark.parametrize("stem", STRICT)
 def test_every_cell_is_translated(stem):
     row, = translate.status(ROOT, [stem])
-    gaps = {state: row[state] for state in ("missing", "fuzzy", "obsolete") if row[state]}
+    gaps = {state: row[state] for state in ("missing", "fuzzy", "stale", "obsolete") if row[state]}
     assert row["exists"] and not gaps, f"{row['catalog']} is not complete: {gaps}"
+
+
+def _english_cells(cells):
+    """The cells of a Persian notebook that come from its English one: all but the language cell
+    the build inserts (lessonlib.course.persian)."""
+    return [c for c in cells if not persian.is_language_cell(c)]
+
+
+def _code_without_stdout(cells):
+    """Code cells with their stored stdout text left out (the build translates it)."""
+    return [{**c, "outputs": [{k: v for k, v in o.items() if not (k == "text" and o.get("name") == "stdout")}
+                              for o in c.get("outputs", [])]} for c in cells if c["cell_type"] == "code"]
 
 
 def test_the_build_keeps_every_code_cell_of_the_real_notebooks():
     built = translate.plan(ROOT)  # what build would write now, whatever is on disk
     for english in translate.english_notebooks(ROOT):
-        persian = translate.persian_path(english)
-        a, b = json.loads(english.read_text(encoding="utf-8"))["cells"], json.loads(built[persian])["cells"]
-        assert [c["id"] for c in a] == [c["id"] for c in b], persian
-        assert [c for c in a if c["cell_type"] == "code"] == [c for c in b if c["cell_type"] == "code"], persian
+        fa = translate.persian_path(english)
+        a = json.loads(english.read_text(encoding="utf-8"))["cells"]
+        b = _english_cells(json.loads(built[fa])["cells"])
+        assert [c["id"] for c in a] == [c["id"] for c in b], fa
+        assert _code_without_stdout(a) == _code_without_stdout(b), fa
 
 
 # What a notebook's code could read relative to the kernel's working directory, the one thing
@@ -68,8 +94,12 @@ CWD_DEPENDENT = re.compile(r"""f?(['"])\.\.?/|os\.chdir|os\.getcwd|Path\.cwd|\b(
 
 
 def _code_cells(path):
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    cells = _english_cells(json.loads(path.read_text(encoding="utf-8"))["cells"])
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+
+
+def _cell(nb, cell_id):
+    return next(c for c in nb.cells if c.get("id") == cell_id)
 
 
 def test_persian_solutions_and_exercises_run_exactly_like_the_english():
@@ -169,6 +199,11 @@ def _code(cell_id, text):
 @pytest.fixture
 def course(tmp_path):
     """notebooks/00_start_here.ipynb and solutions/01_demo.ipynb, catalogs extracted."""
+    return make_course(tmp_path)
+
+
+def make_course(tmp_path):
+    """The tiny course of the ``course`` fixture, in ``tmp_path`` (tests/course/test_drift.py uses it too)."""
     for folder in ("notebooks", "solutions"):
         (tmp_path / folder).mkdir()
     nbformat.write(_notebook([
@@ -183,12 +218,17 @@ def course(tmp_path):
     return tmp_path
 
 
-def _translate(root, stem, **persian):
+def _translate(root, stem, approve=True, **persian):
+    """Write Persian into the catalog, then approve it as the translator would (approve=False: not)."""
     path = root / "locale" / "fa" / f"{stem}.po"
     po = translate.load_catalog(path)
     for cell_id, text in persian.items():
         po.find(cell_id, by="msgctxt", include_obsolete_entries=True).msgstr = text
     path.write_text(str(po), encoding="utf-8")
+    live = [c for c in persian if not _entry(root, stem, c).obsolete]
+    if approve and live:
+        approved, refused = translate.approve(root, stem, live)
+        assert approved == live and not refused, refused
 
 
 def _edit(root, rel, cell_id, text):
@@ -223,7 +263,7 @@ def test_an_english_edit_marks_its_translation_fuzzy_keeping_the_old_english(cou
     assert entry.msgstr == "واژه‌های آخر."
     translate.build(course)  # a fuzzy translation is not used: the cell stays English
     nb = nbformat.read(course / "notebooks" / "fa" / "00_start_here.ipynb", as_version=4)
-    assert nb.cells[3].source == "Last words, edited."
+    assert _cell(nb, "m3").source == "Last words, edited."
     _edit(course, "notebooks/00_start_here.ipynb", "m3", "Last words.")  # the edit is undone
     translate.extract(course)
     assert not _entry(course, "00_start_here", "m3").fuzzy
@@ -267,33 +307,34 @@ def test_check_lists_what_is_missing_and_passes_when_complete(course, capsys):
     assert translate.main(["check", "--root", str(course)]) == 0
     assert translate.main(["stats", "--root", str(course)]) == 0
     stats = capsys.readouterr().out.splitlines()[-2:]
-    assert stats[0].split() == ["notebooks/00_start_here.ipynb", "3", "3", "0", "0", "0", "in", "progress"]
-    assert stats[1].split()[:6] == ["solutions/01_demo.ipynb", "1", "1", "0", "0", "0"]
+    assert stats[0].split() == ["notebooks/00_start_here.ipynb", "3", "3", "0", "0", "0", "0", "in", "progress"]
+    assert stats[1].split()[:7] == ["solutions/01_demo.ipynb", "1", "1", "0", "0", "0", "0"]
 
 
 def test_build_copies_code_cells_and_wraps_translated_markdown(course):
     _translate(course, "00_start_here", m0="# عنوان\n\nاز `--flag` و $a + b$ استفاده کنید.")
     translate.build(course)
     english = nbformat.read(course / "notebooks" / "00_start_here.ipynb", as_version=4)
-    persian = nbformat.read(course / "notebooks" / "fa" / "00_start_here.ipynb", as_version=4)
-    assert [c.id for c in persian.cells] == [c.id for c in english.cells]
-    assert persian.cells[1] == english.cells[1]  # source, outputs, count, tags: all the same
-    assert persian.cells[0].source == ('<div dir="rtl" lang="fa">\n\n# عنوان\n\nاز <span dir="ltr">`--flag`</span>'
+    persian_nb = nbformat.read(course / "notebooks" / "fa" / "00_start_here.ipynb", as_version=4)
+    fa = persian_nb
+    assert [c.id for c in _english_cells(fa.cells)] == [c.id for c in english.cells]
+    assert _cell(fa, "c1") == _cell(english, "c1")  # source, outputs, count, tags: all the same
+    assert _cell(fa, "m0").source == ('<div dir="rtl" lang="fa">\n\n# عنوان\n\nاز <span dir="ltr">`--flag`</span>'
                                        ' و <span dir="ltr">$a + b$</span> استفاده کنید.\n\n</div>')
-    assert persian.cells[3].source == "Last words."  # untranslated: English, left to right
+    assert _cell(fa, "m3").source == "Last words."  # untranslated: English, left to right
     # one folder deeper, and to the Persian edition of the exercise
-    assert persian.cells[2].source == "See [exercise 1](../../exercises/fa/01_demo.ipynb)."
-    assert persian.metadata["lessonlib"]["translated_from"] == "notebooks/00_start_here.ipynb"
+    assert _cell(fa, "m2").source == "See [exercise 1](../../exercises/fa/01_demo.ipynb)."
+    assert fa.metadata["lessonlib"]["translated_from"] == "notebooks/00_start_here.ipynb"
 
 
 def test_persian_exercises_come_from_the_persian_solutions(course):
     _translate(course, "01_demo", s0="# نمونه")
     translate.build(course)
     nb = nbformat.read(course / "exercises" / "fa" / "01_demo.ipynb", as_version=4)
-    assert nb.cells[0].source.startswith('<div dir="rtl" lang="fa">\n\n# نمونه')
+    assert _cell(nb, "s0").source.startswith('<div dir="rtl" lang="fa">\n\n# نمونه')
     stub = 'def f():\n    raise NotImplementedError("exercise 1a: return 42")'
-    assert nb.cells[1].source == exercises.STUDENT_OUTPUTS + stub
-    assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
+    assert _cell(nb, "s1").source == exercises.STUDENT_OUTPUTS + stub
+    assert _cell(nb, "s1").outputs == [] and _cell(nb, "s1").execution_count is None
     assert nb.metadata["lessonlib"] == {"generated_from": "solutions/fa/01_demo.ipynb",
                                         "regenerate_with": translate.BUILD}
 
@@ -317,7 +358,7 @@ def test_a_translation_made_for_other_english_is_not_used_before_extract(course)
     _edit(course, "notebooks/00_start_here.ipynb", "m3", "Different English.")
     translate.build(course)
     nb = nbformat.read(course / "notebooks" / "fa" / "00_start_here.ipynb", as_version=4)
-    assert nb.cells[3].source == "Different English."
+    assert _cell(nb, "m3").source == "Different English."
 
 
 def test_bad_notebooks_and_names_raise_value_error(course):

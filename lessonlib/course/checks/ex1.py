@@ -9,16 +9,18 @@ import numpy as np
 from lessonlib.core import chain, sampling
 from lessonlib.course import gallery, gallery_detect
 from lessonlib.course.checks import wrong
-from lessonlib.course.checks.framework import (call, chi_square_gate, emitted_tokens, expect_close, expect_equal, fail,
-                                               random_rows, rejects, run_check)
+from lessonlib.course.checks.cases import emitted_tokens, random_rows
+from lessonlib.course.checks.framework import (call, chi_square_gate, expect_close, expect_equal, fail, rejects,
+                                               run_check)
+from lessonlib.course.messages import N_, _, say, translated
 
 # ----------------------------------------------------------------------------- 1a residual
 
-ZERO_MASS = "max(p - q, 0) sums to 0 here; the contract says return p in that case"
-RESIDUAL = "residual = max(p - q, 0) / sum(max(p - q, 0)): subtract the whole q vector, then normalise"
+ZERO_MASS = N_("max(p - q, 0) sums to 0 here; the contract says return p in that case")
+RESIDUAL = N_("residual = max(p - q, 0) / sum(max(p - q, 0)): subtract the whole q vector, then normalise")
 
 
-TINY = ("a small but non-zero max(p - q, 0) is still a residual: normalise it (return p only when the sum is "
+TINY = N_("a small but non-zero max(p - q, 0) is still a residual: normalise it (return p only when the sum is "
         "0 — a guard like np.isclose(mass, 0) is fine, a threshold like 1e-3 is not — and divide by "
         "sum(max(p - q, 0)) itself, not by 1 - sum(min(p, q)))")
 
@@ -48,18 +50,20 @@ def _residual_cases():
     zero_q /= zero_q.sum()
     below, above = _equal_pair(rng, True), _equal_pair(rng, False)
     return [
-        ("random p and q (vocab 8)", p, q, RESIDUAL),
-        ("q is 0 where p is not", p, zero_q, RESIDUAL),
-        ("p == q (no residual mass)", p, p.copy(), ZERO_MASS),
-        (f"p == q, p summing to 1 - {1 - below.sum():.1g} in floating point", below, below.copy(), ZERO_MASS),
-        (f"p == q, p summing to 1 + {above.sum() - 1:.1g} in floating point", above, above.copy(), ZERO_MASS),
-        ("residual mass 0.002", p, _tiny(p, 2e-3), TINY),
-        ("residual mass 1e-05", p, _tiny(p, 1e-5), TINY),
-        ("residual mass 1e-07", p, _tiny(p, 1e-7), TINY),
-        ("disjoint supports", np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.25, 0.75]), RESIDUAL),
-        ("one-hot p", one_hot[3], q, RESIDUAL),
-        ("one-hot q", p, one_hot[5], RESIDUAL),
-        ("one-hot p == one-hot q", one_hot[2], one_hot[2].copy(), ZERO_MASS),
+        (N_("random p and q (vocab 8)"), p, q, RESIDUAL),
+        (N_("q is 0 where p is not"), p, zero_q, RESIDUAL),
+        (N_("p == q (no residual mass)"), p, p.copy(), ZERO_MASS),
+        (say("p == q, p summing to 1 - {gap:.1g} in floating point", gap=1 - below.sum()), below, below.copy(),
+         ZERO_MASS),
+        (say("p == q, p summing to 1 + {gap:.1g} in floating point", gap=above.sum() - 1), above, above.copy(),
+         ZERO_MASS),
+        (say("residual mass {mass}", mass="0.002"), p, _tiny(p, 2e-3), TINY),
+        (say("residual mass {mass}", mass="1e-05"), p, _tiny(p, 1e-5), TINY),
+        (say("residual mass {mass}", mass="1e-07"), p, _tiny(p, 1e-7), TINY),
+        (N_("disjoint supports"), np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.25, 0.75]), RESIDUAL),
+        (N_("one-hot p"), one_hot[3], q, RESIDUAL),
+        (N_("one-hot q"), p, one_hot[5], RESIDUAL),
+        (N_("one-hot p == one-hot q"), one_hot[2], one_hot[2].copy(), ZERO_MASS),
     ]
 
 
@@ -82,18 +86,18 @@ def _verify_residual(residual):
     worst = 0.0
     for p, q in random_rows(rng, (200, 2, 16), zero_fraction=0.3):
         alpha = np.minimum(p, q).sum()
-        got = call(residual, "200 random pairs", p, q)
+        got = call(residual, N_("200 random pairs"), p, q)
         recon = np.minimum(p, q) + (1 - alpha) * np.asarray(got, dtype=float)
         error = float(np.abs(recon - p).max())
         worst = max(worst, error)
         if error > _tolerance(got, p, p):
-            fail("200 random pairs (vocab 16, 30% zeros)",
-                 f"min(p, q) + (1 - alpha) * residual differs from p by {error:.3g}", hint=RESIDUAL)
-    return [f"matches the reference on {len(cases)} cases (p == q, also with sums a rounding away from 1; residual "
-            "masses 0.002, 1e-5 and 1e-7; disjoint supports, zeros, one-hot) to 1e-12 relative to the residual's mass "
-            "(4e-7 for a float32 answer)",
-            f"min(p, q) + (1 − α)·residual(p, q) = p on 200 random pairs (largest error {worst:.1e})",
-            "inputs left unmodified"]
+            fail(N_("200 random pairs (vocab 16, 30% zeros)"),
+                 say("min(p, q) + (1 - alpha) * residual differs from p by {error:.3g}", error=error), hint=RESIDUAL)
+    return [say("matches the reference on {n} cases (p == q, also with sums a rounding away from 1; residual "
+                "masses 0.002, 1e-5 and 1e-7; disjoint supports, zeros, one-hot) to 1e-12 relative to the residual's "
+                "mass (4e-7 for a float32 answer)", n=len(cases)),
+            say("min(p, q) + (1 − α)·residual(p, q) = p on 200 random pairs (largest error {worst:.1e})", worst=worst),
+            _("inputs left unmodified")]
 
 
 def exercise_1a(residual):
@@ -116,9 +120,9 @@ for _rows in (CHAIN_P, CHAIN_Q):
 CHAIN_ROUNDS = 6000
 CHAIN_LEVEL = 1e-4  # per test; four tests -> a correct verifier fails with probability < 0.04%
 
-ACCEPT = ("accept draft i with probability min(1, p_i(x)/q_i(x)): draw a fresh u for each draft (u = rng.random()), "
+ACCEPT = N_("accept draft i with probability min(1, p_i(x)/q_i(x)): draw a fresh u for each draft (u = rng.random()), "
           "accept if u < p_i(x)/q_i(x), and stop at the first rejection")
-CORRECTION = ("at a rejection sample the correction from residual(p_i, q_i) of that position, with its own random "
+CORRECTION = N_("at a rejection sample the correction from residual(p_i, q_i) of that position, with its own random "
               "draw (not the u you compared)")
 
 
@@ -133,12 +137,12 @@ def _rounds(verify_chain, rounds, seed, p_rows, q_rows):
     rng = np.random.default_rng(seed)
     k, vocab = q_rows.shape
     drafts = np.stack([rng.choice(vocab, size=rounds, p=q) for q in q_rows], axis=1)
-    case = "statistical test"
+    case = N_("statistical test")
     outs = [emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, d, rng), k) for d in drafts]
     for out, d in zip(outs, drafts):
         if out[:-1] != [int(t) for t in d[: len(out) - 1]]:
-            fail(case, "every emitted token before the last must be an accepted draft token, in order",
-                 expected=f"a prefix of the draft {d.tolist()} plus one token", got=out)
+            fail(case, _("every emitted token before the last must be an accepted draft token, in order"),
+                 expected=say("a prefix of the draft {draft} plus one token", draft=d.tolist()), got=out)
     return outs
 
 
@@ -151,20 +155,21 @@ def chain_statistics(verify_chain, rounds=CHAIN_ROUNDS, seed=2, p_rows=CHAIN_P, 
     k, vocab = q_rows.shape
     outs = _rounds(verify_chain, rounds, seed, p_rows, q_rows)
     lengths = np.array([len(o) for o in outs])
-    tokens = [f"token {i}" for i in range(vocab)]
+    tokens = [say("token {i}", i=i) for i in range(vocab)]
 
     def gate(case, picked, row, hint):
         return chi_square_gate(case, np.bincount(picked, minlength=vocab), row, level, hint, tokens)
 
     return {
-        "length": chi_square_gate("number of tokens per round", np.bincount(lengths - 1, minlength=k + 1),
+        "length": chi_square_gate(N_("number of tokens per round"), np.bincount(lengths - 1, minlength=k + 1),
                                   chain_length_probs(p_rows, q_rows), level, ACCEPT,
-                                  [f"{n} tokens" for n in range(1, k + 2)]),
-        "first token": gate("first emitted token", [o[0] for o in outs], p_rows[0], CORRECTION),
-        "second token": gate("second token (rounds with ≥ 2 tokens)", [o[1] for o in outs if len(o) > 1], p_rows[1],
-                             "position i uses p_rows[i] and q_rows[i]; " + ACCEPT),
-        "bonus token": gate("bonus token (all K accepted)", [o[-1] for o in outs if len(o) == k + 1], p_rows[k],
-                            "after K acceptances sample the bonus from p_rows[K]"),
+                                  [say("{n} tokens", n=n) for n in range(1, k + 2)]),
+        "first token": gate(N_("first emitted token"), [o[0] for o in outs], p_rows[0], CORRECTION),
+        "second token": gate(N_("second token (rounds with ≥ 2 tokens)"), [o[1] for o in outs if len(o) > 1],
+                             p_rows[1], say("position i uses p_rows[i] and q_rows[i]; {rule}",
+                                            rule=translated(ACCEPT))),
+        "bonus token": gate(N_("bonus token (all K accepted)"), [o[-1] for o in outs if len(o) == k + 1], p_rows[k],
+                            _("after K acceptances sample the bonus from p_rows[K]")),
     }
 
 
@@ -172,32 +177,34 @@ def _hand_cases(verify_chain):
     one_hot = np.eye(5)
     p_rows, q_rows = one_hot[[1, 3, 4, 0]], one_hot[[1, 3, 4]]
     rng = np.random.default_rng(7)
-    case = "p == q, one-hot"
-    for _ in range(20):
+    case = N_("p == q, one-hot")
+    for _round in range(20):
         out = emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, np.array([1, 3, 4]), rng), 3)
-        expect_equal(case, out, [1, 3, 4, 0], "when p == q every draft is accepted (u < 1 always; judge draft j "
-                                              "with p_rows[j] and q_rows[j]) and the bonus comes from p_rows[K]")
+        expect_equal(case, out, [1, 3, 4, 0], _("when p == q every draft is accepted (u < 1 always; judge draft j "
+                                                "with p_rows[j] and q_rows[j]) and the bonus comes from p_rows[K]"))
     p_rows = np.array([[0.5, 0.5, 0, 0], [0.25, 0.25, 0.25, 0.25]])
     q_rows = np.array([[0, 0, 0.5, 0.5]])
-    case = "disjoint supports"
-    for _ in range(50):
+    case = N_("disjoint supports")
+    for _round in range(50):
         out = emitted_tokens(case, call(verify_chain, case, p_rows, q_rows, np.array([2]), rng), 1)
         if len(out) != 1 or out[0] not in (0, 1):
-            fail(case, "p(x) = 0 for the drafted token, so it must be rejected and the correction drawn from the "
-                 "residual (= p here)", expected="one token, 0 or 1", got=out,
-                 hint="accept x only if u < p(x)/q(x); p(x) = 0 never passes" if out[0] == 2 else
-                 "stop at the first rejection: the correction is the round's last token (no bonus after it)")
+            fail(case, _("p(x) = 0 for the drafted token, so it must be rejected and the correction drawn from the "
+                         "residual (= p here)"), expected=_("one token, 0 or 1"), got=out,
+                 hint=_("accept x only if u < p(x)/q(x); p(x) = 0 never passes") if out[0] == 2 else
+                 _("stop at the first rejection: the correction is the round's last token (no bonus after it)"))
 
 
 def _verify_chain_fn(verify_chain):
     _hand_cases(verify_chain)
     p_values = chain_statistics(verify_chain)
     controls = [rejects(chain_statistics, name, fn) for name, fn in wrong.controls("1b").items()]
-    return ["p == q accepts all K and adds the bonus; a draft with p(x) = 0 is always rejected",
-            f"chi-square tests on {CHAIN_ROUNDS} rounds (vocab 6, K = 2) at level {CHAIN_LEVEL:g} each "
-            f"(false alarm < {4 * CHAIN_LEVEL:.2%} for a correct verifier): "
-            + ", ".join(f"{k} p = {v:.2g}" for k, v in p_values.items()),
-            "negative controls, same test: " + "; ".join(controls)]
+    return [_("p == q accepts all K and adds the bonus; a draft with p(x) = 0 is always rejected"),
+            say("chi-square tests on {rounds} rounds (vocab 6, K = 2) at level {level:g} each "
+                "(false alarm < {alarm:.2%} for a correct verifier): length p = {length:.2g}, first token p = "
+                "{first:.2g}, second token p = {second:.2g}, bonus token p = {bonus:.2g}", rounds=CHAIN_ROUNDS,
+                level=CHAIN_LEVEL, alarm=4 * CHAIN_LEVEL, length=p_values["length"], first=p_values["first token"],
+                second=p_values["second token"], bonus=p_values["bonus token"]),
+            say("negative controls, same test: {caught}", caught="; ".join(controls))]
 
 
 def exercise_1b(verify_chain):
@@ -207,12 +214,13 @@ def exercise_1b(verify_chain):
 
 # ----------------------------------------------------------------------------- 1c the greedy rule
 
-GREEDY_HINTS = {"all K match": "when all K drafts match, append the bonus argmax of p_rows[K]",
-                "first draft wrong": "at the first mismatch emit the target's argmax there, then stop",
-                "third draft wrong": "keep the matching prefix, then the target's argmax at the mismatch, then stop",
-                "last draft wrong": "a mismatch at the last draft emits argmax p_rows[K-1]; no bonus",
-                "K = 1, match": "K = 1: one draft plus the bonus"}
-SHIFTED = ("compare x_j with argmax p_rows[j]: row j is the target's distribution at draft j's position "
+GREEDY_HINTS = {"all K match": N_("when all K drafts match, append the bonus argmax of p_rows[K]"),
+                "first draft wrong": N_("at the first mismatch emit the target's argmax there, then stop"),
+                "third draft wrong": N_("keep the matching prefix, then the target's argmax at the mismatch, then "
+                                        "stop"),
+                "last draft wrong": N_("a mismatch at the last draft emits argmax p_rows[K-1]; no bonus"),
+                "K = 1, match": N_("K = 1: one draft plus the bonus")}
+SHIFTED = N_("compare x_j with argmax p_rows[j]: row j is the target's distribution at draft j's position "
            "(row j + 1 is for the token after it)")
 
 
@@ -230,7 +238,7 @@ def _greedy_hint(case, rows, draft, out):
     if out == _greedy_rule(rows, draft, shift=1):
         return SHIFTED
     if out == _greedy_rule(rows, draft, axis=0):
-        return "the target's choice at position j is the argmax of row j: np.argmax(p_rows, axis=-1), not axis=0"
+        return _("the target's choice at position j is the argmax of row j: np.argmax(p_rows, axis=-1), not axis=0")
     return GREEDY_HINTS.get(case)
 
 
@@ -240,11 +248,11 @@ def _verify_greedy_fn(verify_greedy):
     p_rows = random_rows(rng, (k + 1, vocab))
     best = p_rows.argmax(-1)
     wrong_tokens = (best + 1) % vocab
-    cases = {"all K match": best[:k],
-             "first draft wrong": np.r_[wrong_tokens[0], best[1:k]],
-             "third draft wrong": np.r_[best[:2], wrong_tokens[2], best[3:k]],
-             "last draft wrong": np.r_[best[: k - 1], wrong_tokens[k - 1]],
-             "K = 1, match": best[:1]}
+    cases = {N_("all K match"): best[:k],
+             N_("first draft wrong"): np.r_[wrong_tokens[0], best[1:k]],
+             N_("third draft wrong"): np.r_[best[:2], wrong_tokens[2], best[3:k]],
+             N_("last draft wrong"): np.r_[best[: k - 1], wrong_tokens[k - 1]],
+             N_("K = 1, match"): best[:1]}
     for case, draft in cases.items():
         rows = p_rows[: len(draft) + 1]
         out = emitted_tokens(case, call(verify_greedy, case, rows, np.array(draft)), len(draft))
@@ -254,14 +262,15 @@ def _verify_greedy_fn(verify_greedy):
     for i in range(300):
         rows = random_rows(rng, (k + 1, vocab))
         draft = np.where(rng.random(k) < 0.7, rows[:k].argmax(-1), rng.integers(vocab, size=k))
-        case = f"random case {i}"
+        case = say("random case {i}", i=i)
         out = emitted_tokens(case, call(verify_greedy, case, rows, draft), k)
         want = chain.verify_greedy(rows, draft)
         if out != want:
-            expect_equal(case, out, want, _greedy_hint(case, rows, draft, out) or "accept drafts while they equal "
-                         "argmax p_rows[j]; at the first mismatch emit that argmax and stop; else add the bonus")
-    return ["matches on the five hand cases (all match, mismatch first / middle / last, K = 1)",
-            "matches the reference on 300 random rounds (vocab 10, K = 4)"]
+            expect_equal(case, out, want, _greedy_hint(case, rows, draft, out) or _(
+                "accept drafts while they equal argmax p_rows[j]; at the first mismatch emit that argmax and stop; "
+                "else add the bonus"))
+    return [_("matches on the five hand cases (all match, mismatch first / middle / last, K = 1)"),
+            _("matches the reference on 300 random rounds (vocab 10, K = 4)")]
 
 
 def exercise_1c(verify_greedy):
@@ -272,13 +281,13 @@ def exercise_1c(verify_greedy):
 # ----------------------------------------------------------------------------- 1d a detector for the gallery
 
 DETECT_SEEDS = (1,)  # the correct round is judged on these seeds too: a detector must pass it every time
-MISSED = {"greedy": "run every sampler at T = 0 and compare each emitted token with the target's argmax at its "
-                    "position (the batch and the near-tie case of gallery.CASES)",
-          "inputs": "pass copies of the logits (case.target_logits.copy()) and compare them with the case's after the "
-                    "call: a sampler that writes into its inputs is a bug",
-          "sampled": "at T ≠ 1 compare the first and the second emitted token with their exact laws "
-                     "(gallery_detect.expected_laws) by chi-square on enough rounds (thousands: power)"}
-FLAGGED = ("a correct sampler was flagged: test the output law (first and second token), not the acceptance or the "
+MISSED = {"greedy": N_("run every sampler at T = 0 and compare each emitted token with the target's argmax at its "
+                    "position (the batch and the near-tie case of gallery.CASES)"),
+          "inputs": N_("pass copies of the logits (case.target_logits.copy()) and compare them with the case's "
+                       "after the call: a sampler that writes into its inputs is a bug"),
+          "sampled": N_("at T ≠ 1 compare the first and the second emitted token with their exact laws "
+                     "(gallery_detect.expected_laws) by chi-square on enough rounds (thousands: power)")}
+FLAGGED = N_("a correct sampler was flagged: test the output law (first and second token), not the acceptance or the "
            "number of tokens per round, against its noise, at a level that keeps the false-alarm rate at 10⁻³ "
            "(divide it among your tests)")
 
@@ -300,35 +309,38 @@ def _verdict(case: str, out) -> tuple[bool, str, int]:
     try:
         detected, test, samples = out
     except (TypeError, ValueError):
-        fail(case, "expected (detected, test, samples)", got=out, hint="return a tuple: a bool, a str, an int")
+        fail(case, _("expected (detected, test, samples)"), got=out, hint=_("return a tuple: a bool, a str, an int"))
     if not isinstance(detected, (bool, np.bool_)) or not isinstance(test, str) or int(samples) != samples \
             or samples < 0:
-        fail(case, "expected (detected: bool, test: str, samples: int >= 0)", got=out)
+        fail(case, _("expected (detected: bool, test: str, samples: int >= 0)"), got=out)
     return bool(detected), test, int(samples)
 
 
 def _verify_detector(detect):
     rng, lines = np.random.default_rng(0), []
     for i, sampler in enumerate(gallery.GALLERY):
-        case = f"{sampler.name} ({'a bug' if sampler.bug else 'exact'})"
+        name = translated(sampler.name)
+        case = say("{name} (a bug)", name=name) if sampler.bug else say("{name} (exact)", name=name)
         detected, test, samples = _verdict(case, call(detect, case, _anonymous(sampler, i), rng))
         if detected != sampler.bug:
-            fail(case, "flagged, though its output follows the target" if detected else "not detected",
+            fail(case, _("flagged, though its output follows the target") if detected else _("not detected"),
                  hint=FLAGGED if detected else MISSED[_kind(sampler)])
-        lines.append(f"{sampler.name:<36} {'detected' if detected else 'passed':<9} {test or '—'} (samples: {samples})")
+        shown = dict(name=name, test=test or "—", samples=samples)
+        lines.append(say("{name:<36} detected  {test} (samples: {samples})", **shown) if detected else
+                     say("{name:<36} passed    {test} (samples: {samples})", **shown))
     for seed in DETECT_SEEDS:
-        case = f"correct round, seed {seed}"
+        case = say("correct round, seed {seed}", seed=seed)
         if _verdict(case, call(detect, case, _anonymous(gallery.GALLERY[0], 0), np.random.default_rng(seed)))[0]:
-            fail(case, "flagged, though its output follows the target", hint=FLAGGED)
+            fail(case, _("flagged, though its output follows the target"), hint=FLAGGED)
     return lines
 
 
 def _verify_detector_fn(detect):
     lines = _verify_detector(detect)
     controls = [rejects(_verify_detector, name, fn) for name, fn in wrong.controls("1d").items()]
-    return (["every gallery bug flagged, both exact rules passed (the correct round also on seed "
-             f"{', '.join(map(str, DETECT_SEEDS))}); each sampler seen without its name:"] + lines
-            + ["negative controls, same check: " + "; ".join(controls)])
+    return ([say("every gallery bug flagged, both exact rules passed (the correct round also on seed {seeds}); each "
+                 "sampler seen without its name:", seeds=", ".join(map(str, DETECT_SEEDS)))] + lines
+            + [say("negative controls, same check: {caught}", caught="; ".join(controls))])
 
 
 def exercise_1d(detect):

@@ -12,16 +12,17 @@ from lessonlib.core import sampling, toy
 from lessonlib.course.checks import wrong
 from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, run_check,
                                                with_controls)
+from lessonlib.course.messages import N_, _, say, translated
 
 
 # ----------------------------------------------------------------------------- 3a the loss
 
 LOSS_HINTS = {
-    "ce": "cross-entropy of the student's logits on the labels: F.cross_entropy(student / T, labels), averaged over "
-          "positions",
-    "fkl": "forward KL(p || q) = Σ p (log p − log q) with p = softmax(teacher / T), q = softmax(student / T), "
-           "mean over positions",
-    "tvd": "total variation ½ Σ |p − q| with both distributions tempered, mean over positions",
+    "ce": N_("cross-entropy of the student's logits on the labels: F.cross_entropy(student / T, labels), averaged "
+             "over positions"),
+    "fkl": N_("forward KL(p || q) = Σ p (log p − log q) with p = softmax(teacher / T), q = softmax(student / T), "
+              "mean over positions"),
+    "tvd": N_("total variation ½ Σ |p − q| with both distributions tempered, mean over positions"),
 }
 
 
@@ -44,19 +45,20 @@ def _loss_hint(got, expected, kind, t, student, teacher):
 
     positions, per_row = student.shape[0] * student.shape[1], student.shape[1]
     if abs(got - positions * expected) < 1e-4:
-        return f"that is the sum over the {positions} positions: return the mean (.mean(), not .sum())"
+        return say("that is the sum over the {positions} positions: return the mean (.mean(), not .sum())",
+                   positions=positions)
     if abs(got - per_row * expected) < 1e-4:
-        return ("that divides by the batch size only (F.kl_div's reduction='batchmean' on (B, T, V) logits): "
-                "average over all B·T positions")
+        return _("that divides by the batch size only (F.kl_div's reduction='batchmean' on (B, T, V) logits): "
+                 "average over all B·T positions")
     if kind == "fkl":
         if abs(got - train.distillation_loss(teacher, student, "fkl", temperature=t).item()) < 1e-5:
-            return ("that is KL(q || p): the arguments are swapped. "
-                    "Forward KL puts the teacher's p in front: Σ p log(p/q)")
+            return _("that is KL(q || p): the arguments are swapped. "
+                     "Forward KL puts the teacher's p in front: Σ p log(p/q)")
         p = torch.softmax(teacher / t, -1)
         if abs(got - expected - (-(p * p.log()).sum(-1).mean().item())) < 1e-4:
-            return ("that is the cross-entropy −Σ p log q; KL subtracts the teacher's entropy: Σ p (log p − log q)")
+            return _("that is the cross-entropy −Σ p log q; KL subtracts the teacher's entropy: Σ p (log p − log q)")
     if kind == "tvd" and abs(got - 2 * expected) < 1e-5:
-        return "that is twice the answer: TV = ½ Σ |p − q| (without the ½, 1 − TV is no longer α)"
+        return _("that is twice the answer: TV = ½ Σ |p − q| (without the ½, 1 − TV is no longer α)")
     return LOSS_HINTS[kind]
 
 
@@ -69,22 +71,24 @@ def _verify_distillation_loss(distillation_loss):
         s = student.clone().requires_grad_(True)
         got = call(distillation_loss, case, s, teacher.clone(), kind, labels=labels, temperature=t)
         if not isinstance(got, torch.Tensor) or got.ndim != 0:
-            fail(case, "expected a scalar torch tensor (the mean loss), so that .backward() works", got=repr(got)[:80],
-                 hint="compute the loss with torch operations and return the tensor (no .item(), no numpy)")
+            fail(case, _("expected a scalar torch tensor (the mean loss), so that .backward() works"),
+                 got=repr(got)[:80],
+                 hint=_("compute the loss with torch operations and return the tensor (no .item(), no numpy)"))
         expected = train.distillation_loss(student, teacher, kind, labels=labels, temperature=t)
         hint = _loss_hint(got.item(), expected.item(), kind, t, student, teacher)
         expect_close(case, got.item(), expected.item(), atol=1e-5, hint=hint)
         if got.grad_fn is None:
-            fail(case, "the loss is not connected to the student's logits (no gradient would flow)",
-                 hint="compute it with torch operations on student_logits; no .detach(), .item(), numpy or "
-                      "torch.tensor(...) inside")
+            fail(case, _("the loss is not connected to the student's logits (no gradient would flow)"),
+                 hint=_("compute it with torch operations on student_logits; no .detach(), .item(), numpy or "
+                        "torch.tensor(...) inside"))
         (grad,) = torch.autograd.grad(got, s)
         s_ref = student.clone().requires_grad_(True)
         ref_loss = train.distillation_loss(s_ref, teacher, kind, labels=labels, temperature=t)
         (grad_ref,) = torch.autograd.grad(ref_loss, s_ref)
-        expect_close(case + ", gradient", grad.numpy(), grad_ref.numpy(), atol=1e-5, hint=hint)
-    return ["matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 "
-            f"({len(_loss_cases())} cases)"]
+        expect_close(say("{case}, gradient", case=translated(case)), grad.numpy(), grad_ref.numpy(), atol=1e-5,
+                     hint=hint)
+    return [say("matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 ({n} cases)",
+                n=len(_loss_cases()))]
 
 
 def exercise_3a(distillation_loss):
@@ -105,27 +109,27 @@ def _alpha_cases():
     noisy = 0.6 * table + 0.4 * rng.dirichlet(np.full(vocab, 0.5), size=vocab)  # agrees on some rows only
     tokens = rng.integers(0, vocab, 120)
     target, draft = toy.markov(table), toy.markov(noisy)  # order-1 toy models in the logits(tokens) protocol
-    return [(f"toy order-1 models (vocab {vocab}), T={t:g}", target, draft, tokens, t)
-            for t in (1.0, 0.0, 0.5, 2.0)] + [("draft == target, T=1", target, toy.markov(table), tokens, 1.0)]
+    return [(say("toy order-1 models (vocab {vocab}), T={t:g}", vocab=vocab, t=t), target, draft, tokens, t)
+            for t in (1.0, 0.0, 0.5, 2.0)] + [(N_("draft == target, T=1"), target, toy.markov(table), tokens, 1.0)]
 
 
 def _alpha_hint(got, expected, target, draft, tokens, t):
     p = sampling.softmax(target.logits(tokens[:-1]), t)
     q = sampling.softmax(draft.logits(tokens[:-1]), t)
     if got.shape == (len(tokens),):
-        return ("one α per predicted token: len(tokens) − 1 values (row i predicts tokens[i + 1]; the last token "
-                "has nothing after it)")
+        return _("one α per predicted token: len(tokens) − 1 values (row i predicts tokens[i + 1]; the last token "
+                 "has nothing after it)")
     if got.shape != expected.shape:
-        return "return the per-position α as a 1-D array with one entry per predicted token"
+        return _("return the per-position α as a 1-D array with one entry per predicted token")
     if t > 0 and np.allclose(got, p.argmax(-1) == q.argmax(-1)):
-        return "that is the greedy agreement rate; at T > 0 the draft samples, and α = Σ min(p, q)"
+        return _("that is the greedy agreement rate; at T > 0 the draft samples, and α = Σ min(p, q)")
     if np.allclose(got, 1 - np.abs(p - q).sum(-1)):
-        return "that is 1 − Σ|p − q|: total variation has a ½ in front"
+        return _("that is 1 − Σ|p − q|: total variation has a ½ in front")
     if np.allclose(got * p.shape[-1], expected):
-        return "that is the mean over the vocabulary: α sums min(p, q) over it"
+        return _("that is the mean over the vocabulary: α sums min(p, q) over it")
     if t == 0:
-        return "at T = 0 both distributions are one-hot on their argmax, so α is [argmax p == argmax q]"
-    return "α at one position is Σ_x min(p(x), q(x)) = 1 − TV(p, q), with p and q the tempered distributions"
+        return _("at T = 0 both distributions are one-hot on their argmax, so α is [argmax p == argmax q]")
+    return _("α at one position is Σ_x min(p(x), q(x)) = 1 − TV(p, q), with p and q the tempered distributions")
 
 
 def _verify_measure_alpha(measure_alpha):
@@ -134,20 +138,21 @@ def _verify_measure_alpha(measure_alpha):
     for case, target, draft, tokens, t in _alpha_cases():
         out = call(measure_alpha, case, copy.deepcopy(target), copy.deepcopy(draft), tokens, t)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            fail(case, "expected a pair (mean alpha, per-position alpha)", got=repr(out)[:80],
-                 hint="return mean, alpha (a tuple or a list of the two)")
+            fail(case, _("expected a pair (mean alpha, per-position alpha)"), got=repr(out)[:80],
+                 hint=_("return mean, alpha (a tuple or a list of the two)"))
         mean, per_position = out
         if np.ndim(mean) == 1 and np.ndim(per_position) == 0:
-            fail(case, "the pair is the wrong way round", hint="return (mean, per_position): the mean first")
-        _, expected = distill.measure_alpha(target, draft, tokens, t)
+            fail(case, _("the pair is the wrong way round"), hint=_("return (mean, per_position): the mean first"))
+        expected = distill.measure_alpha(target, draft, tokens, t)[1]
         got = np.asarray(per_position, dtype=float)
         hint = _alpha_hint(got, expected, target, draft, tokens, t)
-        expect_close(case + ", per-position alpha", per_position if hasattr(per_position, "dtype") else got, expected,
+        expect_close(say("{case}, per-position alpha", case=translated(case)),
+                     per_position if hasattr(per_position, "dtype") else got, expected,
                      atol=1e-6, hint=hint)  # 1e-6: float32 arithmetic is not a mistake
-        expect_close(case + ", mean alpha", as_number(case, mean), expected.mean(), atol=1e-6,
-                     hint="the mean is the average of the per-position α")
-    return [f"per-position and mean α match Σ min(p, q) to 1e-6 on {len(_alpha_cases())} cases: T = 0 (greedy "
-            "agreement), 0.5, 1, 2, and α = 1 when draft == target"]
+        expect_close(say("{case}, mean alpha", case=translated(case)), as_number(case, mean), expected.mean(),
+                     atol=1e-6, hint=_("the mean is the average of the per-position α"))
+    return [say("per-position and mean α match Σ min(p, q) to 1e-6 on {n} cases: T = 0 (greedy "
+                "agreement), 0.5, 1, 2, and α = 1 when draft == target", n=len(_alpha_cases()))]
 
 
 def exercise_3b(measure_alpha):
@@ -161,9 +166,10 @@ def exercise_3b(measure_alpha):
 # ----------------------------------------------------------------------------- 3c one train step
 
 STEP_STEPS = 12  # optimizer steps on one fixed batch; a working step lowers the loss a lot in this many
-STEP_ORDER = "optimizer.zero_grad(), loss.backward(), optimizer.step() — in that order, every call"
-NEEDS_GRAD = {"does not require grad": "only the teacher's forward goes under torch.no_grad(); the student's forward "
-                                       "(and the loss) must be recorded for backward — no .detach() on its logits"}
+STEP_ORDER = N_("optimizer.zero_grad(), loss.backward(), optimizer.step() — in that order, every call")
+NEEDS_GRAD = {"does not require grad": N_("only the teacher's forward goes under torch.no_grad(); the student's "
+                                          "forward (and the loss) must be recorded for backward — no .detach() on "
+                                          "its logits")}
 
 
 def _step_setup(seed=303):
@@ -188,31 +194,31 @@ def _train_kind(train_step, kind):
 
     from lessonlib.models import train
 
-    case = f"kind={kind!r}, {STEP_STEPS} steps on one batch"
+    case = say("kind={kind}, {steps} steps on one batch", kind=repr(kind), steps=STEP_STEPS)
     student, teacher, optimizer, x, y = _step_setup()
     teacher_before = [p.detach().clone() for p in teacher.parameters()]
     with torch.no_grad():
         start = train.distillation_loss(student(x), teacher(x), kind, labels=y).item()
     student.train()
     losses = [call(train_step, case, student, optimizer, x, y, teacher=teacher, kind=kind, hints=NEEDS_GRAD)
-              for _ in range(STEP_STEPS)]
+              for _step in range(STEP_STEPS)]
     if not all(isinstance(v, float) for v in losses):
-        fail(case, "train_step must return the loss as a Python float (loss.item())", got=repr(losses[0])[:80])
+        fail(case, _("train_step must return the loss as a Python float (loss.item())"), got=repr(losses[0])[:80])
     # bf16 autocast (used by lessonlib on CPUs that support it) moves the value by < 3 %
     if abs(losses[0] - start) > 0.03 * abs(start) + 1e-3:
-        fail(case, "the first returned loss is not the distillation loss of this kind before the update", start,
-             losses[0], f"compute distillation_loss(student(x), teacher(x), kind={kind!r}, labels=y) and return its "
-                        ".item()")
+        fail(case, _("the first returned loss is not the distillation loss of this kind before the update"), start,
+             losses[0], say("compute distillation_loss(student(x), teacher(x), kind={kind}, labels=y) and return its "
+                            ".item()", kind=repr(kind)))
     with torch.no_grad():
         end = train.distillation_loss(student(x), teacher(x), kind, labels=y).item()
     if not end < 0.7 * start:
-        fail(case, f"the loss did not fall (from {start:.4f} to {end:.4f}; expected below {0.7 * start:.4f})",
-             hint=STEP_ORDER)
+        fail(case, say("the loss did not fall (from {start:.4f} to {end:.4f}; expected below {below:.4f})",
+                       start=start, end=end, below=0.7 * start), hint=STEP_ORDER)
     if any(not torch.equal(a, b) for a, b in zip(teacher_before, teacher.parameters())):
-        fail(case, "the teacher's weights changed",
-             hint="only the student is trained: run the teacher under torch.no_grad()")
+        fail(case, _("the teacher's weights changed"),
+             hint=_("only the student is trained: run the teacher under torch.no_grad()"))
     if any(p.grad is not None for p in teacher.parameters()):
-        fail(case, "gradients reached the teacher", hint="run the teacher's forward under torch.no_grad()")
+        fail(case, _("gradients reached the teacher"), hint=_("run the teacher's forward under torch.no_grad()"))
     return f"{kind} {start:.3f} → {end:.3f}"
 
 
@@ -220,7 +226,7 @@ def _ignores_leftover_gradients(train_step):
     """One step from the same start, with and without stale gradients in .grad, must agree."""
     import torch
 
-    case = "one step with gradients left in .grad by an earlier backward"
+    case = N_("one step with gradients left in .grad by an earlier backward")
     after = []
     for leftover in (False, True):
         student, teacher, optimizer, x, y = _step_setup()
@@ -232,9 +238,9 @@ def _ignores_leftover_gradients(train_step):
         call(train_step, case, student, optimizer, x, y, teacher=teacher, kind="fkl", hints=NEEDS_GRAD)
         after.append([p.detach().clone() for p in student.parameters()])
     if any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(*after)):
-        fail(case, "the update depends on gradients that were in the model before the call",
-             hint="call optimizer.zero_grad() before loss.backward(): backward adds to whatever .grad holds, "
-                  "so without it the step follows old gradients. " + STEP_ORDER)
+        fail(case, _("the update depends on gradients that were in the model before the call"),
+             hint=say("call optimizer.zero_grad() before loss.backward(): backward adds to whatever .grad holds, "
+                      "so without it the step follows old gradients. {order}", order=translated(STEP_ORDER)))
 
 
 def _verify_train_step(train_step):
@@ -243,9 +249,9 @@ def _verify_train_step(train_step):
     with torch.random.fork_rng(devices=[]):  # the models' seeds must not move the notebook's torch RNG
         verified = [_train_kind(train_step, kind) for kind in ("ce", "fkl", "tvd")]
         _ignores_leftover_gradients(train_step)
-    return [f"returns the loss of the right kind, lowers it in {STEP_STEPS} steps on a fixed batch ("
-            + ", ".join(verified) + "), and leaves the teacher untouched",
-            "zeroes the gradients before backward: stale .grad values do not change the update"]
+    return [say("returns the loss of the right kind, lowers it in {steps} steps on a fixed batch ({losses}), and "
+                "leaves the teacher untouched", steps=STEP_STEPS, losses=", ".join(verified)),
+            _("zeroes the gradients before backward: stale .grad values do not change the update")]
 
 
 def exercise_3c(train_step):
@@ -265,15 +271,17 @@ def theory_best_loss():
 
 
 def _verify_best_loss(predicted_best_loss):
-    got = call(predicted_best_loss, "which loss")
+    case = N_("which loss")
+    got = call(predicted_best_loss, case)
     if got not in ("ce", "fkl", "tvd"):
-        fail("which loss", "answer with one of 'ce', 'fkl', 'tvd'", got=got,
-             hint="α = Σ min(p, q) = 1 − TV(p, q): which of the three losses is 1 − α itself?")
-    hints = {"fkl": "forward KL is only an upper bound on α's shortfall (Pinsker: TV ≤ √(KL/2)); "
-                    "which loss is 1 − α itself?",
-             "ce": "cross-entropy fits the data's next tokens, not the target's distribution p that α compares with"}
-    expect_equal("which loss", got, "tvd", hints.get(got))
-    return ["'tvd': minimising the mean TV maximises the mean α = 1 − TV on the training text"]
+        fail(case, _("answer with one of 'ce', 'fkl', 'tvd'"), got=got,
+             hint=_("α = Σ min(p, q) = 1 − TV(p, q): which of the three losses is 1 − α itself?"))
+    hints = {"fkl": _("forward KL is only an upper bound on α's shortfall (Pinsker: TV ≤ √(KL/2)); "
+                      "which loss is 1 − α itself?"),
+             "ce": _("cross-entropy fits the data's next tokens, not the target's distribution p that α compares "
+                     "with")}
+    expect_equal(case, got, "tvd", hints.get(got))
+    return [_("'tvd': minimising the mean TV maximises the mean α = 1 − TV on the training text")]
 
 
 def exercise_3d(predicted_best_loss):

@@ -8,52 +8,55 @@ import numpy as np
 from lessonlib.core import tree
 from lessonlib.course.checks import wrong
 from lessonlib.course.checks.framework import call, chi_square_gate, expect_equal, fail, run_check, with_controls
+from lessonlib.course.messages import N_, _, say, translated
 
 
 def _random_tree(rng, n):
     return np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int64)
 
 
-PAIR = "return a pair: (path, emitted), a tuple or a list of the two"
-
-
 def _pair(case, got, what="(path, emitted)"):
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        fail(case, f"return {what}", got=type(got).__name__, hint=PAIR.replace("(path, emitted)", what))
+        fail(case, say("return {what}", what=what), got=type(got).__name__,
+             hint=say("return a pair: {what}, a tuple or a list of the two", what=what))
     return got
 
 
 # ----------------------------------------------------------------------------- 4a the tree attention mask
 
-MASK = "mask[i, j] is True iff j == i or j is an ancestor of i (walk up parents[] until -1)"
+MASK = N_("mask[i, j] is True iff j == i or j is an ancestor of i (walk up parents[] until -1)")
 
 
 def _mask_hint(got, want):
     n = len(want)
     if np.array_equal(got, want.T):
-        return "that is the transpose: row i must mark i's ancestors (its own past), not its descendants"
+        return _("that is the transpose: row i must mark i's ancestors (its own past), not its descendants")
     if np.array_equal(got, np.tril(np.ones((n, n), dtype=bool))):
-        return "that is the causal mask: a node must not see its siblings or their subtrees. " + MASK
+        return say("that is the causal mask: a node must not see its siblings or their subtrees. {rule}",
+                   rule=translated(MASK))
     return MASK
 
 
 def _verify_tree_mask(build_tree_mask):
-    cases = {"the lesson's tree (root -> a, b; a -> c, d; b -> e, f)": np.array([-1, -1, 0, 0, 1, 1]),
-             "a chain of 4": np.array([-1, 0, 1, 2]), "one node": np.array([-1])}
+    cases = {N_("the lesson's tree (root -> a, b; a -> c, d; b -> e, f)"): np.array([-1, -1, 0, 0, 1, 1]),
+             N_("a chain of 4"): np.array([-1, 0, 1, 2]), N_("one node"): np.array([-1])}
     rng = np.random.default_rng(40)
-    cases.update({f"random tree #{i} ({n} nodes)": _random_tree(rng, n) for i, n in enumerate((7, 15, 30))})
+    cases.update({say("random tree #{i} ({n} nodes)", i=i, n=n): _random_tree(rng, n)
+                  for i, n in enumerate((7, 15, 30))})
     for case, parents in cases.items():
         got = np.asarray(call(build_tree_mask, case, parents))
         if got.shape != (len(parents), len(parents)):
-            fail(case, f"the mask must be (N, N) = {(len(parents),) * 2}, got shape {got.shape}")
+            fail(case, say("the mask must be (N, N) = {shape}, got shape {got}", shape=(len(parents),) * 2,
+                           got=got.shape))
         want = tree.tree_attention_mask(parents)
         got = got.astype(bool)
         if not np.array_equal(got, want):
             i, j = np.argwhere(got != want)[0]
-            fail(case, f"mask[{i}, {j}] is {bool(got[i, j])}, expected {bool(want[i, j])} "
-                 f"(node {i}'s ancestors: {np.flatnonzero(want[i] & (np.arange(len(want)) != i)).tolist()})",
+            fail(case, say("mask[{i}, {j}] is {got}, expected {want} (node {i}'s ancestors: {ancestors})", i=i, j=j,
+                           got=bool(got[i, j]), want=bool(want[i, j]),
+                           ancestors=np.flatnonzero(want[i] & (np.arange(len(want)) != i)).tolist()),
                  want.astype(int), got.astype(int), _mask_hint(got, want))
-    return ["matches the ancestor rule on the lesson's tree, a chain, one node and 3 random trees"]
+    return [_("matches the ancestor rule on the lesson's tree, a chain, one node and 3 random trees")]
 
 
 def exercise_4a(build_tree_mask):
@@ -80,8 +83,8 @@ def draft_topk_tree_reference(expand, branching):
     return tree.draft_topk(expand, branching)[:2]
 
 
-RANKS = "a node's r-th child carries the r-th most likely token of the draft at that node"
-TIES = "ties go to the lower token id: np.argsort(-logq, kind='stable') keeps equal values in id order"
+RANKS = N_("a node's r-th child carries the r-th most likely token of the draft at that node")
+TIES = N_("ties go to the lower token id: np.argsort(-logq, kind='stable') keeps equal values in id order")
 
 
 def _tied_table():
@@ -92,9 +95,9 @@ def _tied_table():
 
 def _topk_cases():
     rng = np.random.default_rng(41)
-    cases = [(f"branching {b}, random 12-token draft #{i}", rng.dirichlet(np.full(12, 0.4), size=12), b)
+    cases = [(say("branching {b}, random 12-token draft #{i}", b=b, i=i), rng.dirichlet(np.full(12, 0.4), size=12), b)
              for i, b in enumerate([(3,), (3, 2, 2), (2, 2, 2, 1), (4, 1, 1)])]
-    return cases + [("branching (3, 2), a draft with tied probabilities", _tied_table(), (3, 2))]
+    return cases + [(N_("branching (3, 2), a draft with tied probabilities"), _tied_table(), (3, 2))]
 
 
 def _same_values(expand, parents, got, want) -> bool:
@@ -114,17 +117,19 @@ def _verify_topk_tree(draft_topk_tree):
         want_parents, want_tokens = draft_topk_tree_reference(expand, branching)
         sizes = np.cumprod(branching)
         if len(parents) != len(want_parents) or len(tokens) != len(want_parents):
-            fail(case, f"a {branching} tree has {' + '.join(map(str, sizes))} = {sizes.sum()} nodes",
-                 len(want_parents), f"{len(parents)} parents, {len(tokens)} tokens",
-                 "depth d has branching[d] children under every node of depth d − 1")
-        expect_equal(case + ": parents", parents.tolist(), want_parents.tolist(),
-                     hint="nodes depth by depth; under each node of the previous depth, its children in rank order; "
-                          "parents[i] is the index of the parent node in the whole tree (−1 for the context)")
+            fail(case, say("a {branching} tree has {sizes} = {total} nodes", branching=branching,
+                           sizes=" + ".join(map(str, sizes)), total=sizes.sum()),
+                 len(want_parents), say("{parents} parents, {tokens} tokens", parents=len(parents), tokens=len(tokens)),
+                 _("depth d has branching[d] children under every node of depth d − 1"))
+        expect_equal(say("{case}: parents", case=translated(case)), parents.tolist(), want_parents.tolist(),
+                     hint=_("nodes depth by depth; under each node of the previous depth, its children in rank order; "
+                            "parents[i] is the index of the parent node in the whole tree (−1 for the context)"))
         if tokens.tolist() != want_tokens.tolist():
             tie = _same_values(expand, parents, tokens.astype(np.int64), want_tokens)
-            expect_equal(case + ": tokens", tokens.tolist(), want_tokens.tolist(), TIES if tie else RANKS)
-    return ["parents and tokens match the reference for 4 branchings (3; 3-2-2; 2-2-2-1; 4-1-1)",
-            "equal probabilities rank the lower token id first"]
+            expect_equal(say("{case}: tokens", case=translated(case)), tokens.tolist(), want_tokens.tolist(),
+                         TIES if tie else RANKS)
+    return [_("parents and tokens match the reference for 4 branchings (3; 3-2-2; 2-2-2-1; 4-1-1)"),
+            _("equal probabilities rank the lower token id first")]
 
 
 def exercise_4b(draft_topk_tree):
@@ -135,7 +140,7 @@ def exercise_4b(draft_topk_tree):
 
 # ----------------------------------------------------------------------------- 4c greedy verification
 
-PATH = ("a node is accepted iff it and all its ancestors equal the target's argmax at their parent "
+PATH = N_("a node is accepted iff it and all its ancestors equal the target's argmax at their parent "
         "(target_argmax[parent + 1]); keep the deepest accepted node's path (on a tie between equally deep paths, "
         "the one whose last node has the smallest index; the first one found depth-first is accepted too)")
 def _tie_readings(parents, tokens, target_argmax):
@@ -156,16 +161,16 @@ def _greedy_cases():
     rng = np.random.default_rng(42)
     parents = np.array([-1, -1, 0, 0, 1, 1])
     tokens = np.array([7, 3, 5, 2, 2, 9])
-    cases = {"lesson tree, b -> f accepted, bonus 8": (parents, tokens, np.array([3, 4, 9, 4, 4, 4, 8])),
-             "lesson tree, nothing accepted": (parents, tokens, np.array([1, 4, 4, 4, 4, 4, 4])),
-             "lesson tree, a -> d accepted, bonus 8": (parents, tokens, np.array([7, 2, 4, 4, 8, 4, 4])),
-             "two accepted paths of equal depth": (np.array([-1, -1, 0, 1]), np.array([5, 5, 2, 2]),
-                                                   np.array([5, 2, 2, 6, 7])),
-             "equal depth, not numbered depth by depth (both tie readings pass)": (
+    cases = {N_("lesson tree, b -> f accepted, bonus 8"): (parents, tokens, np.array([3, 4, 9, 4, 4, 4, 8])),
+             N_("lesson tree, nothing accepted"): (parents, tokens, np.array([1, 4, 4, 4, 4, 4, 4])),
+             N_("lesson tree, a -> d accepted, bonus 8"): (parents, tokens, np.array([7, 2, 4, 4, 8, 4, 4])),
+             N_("two accepted paths of equal depth"): (np.array([-1, -1, 0, 1]), np.array([5, 5, 2, 2]),
+                                                       np.array([5, 2, 2, 6, 7])),
+             N_("equal depth, not numbered depth by depth (both tie readings pass)"): (
                  np.array([-1, -1, 1, 0]), np.array([5, 5, 2, 2]), np.array([5, 2, 2, 6, 7]))}
     for i in range(6):
         p = _random_tree(rng, 20)
-        cases[f"random tree #{i}, 3-token vocabulary"] = (p, rng.integers(0, 3, 20), rng.integers(0, 3, 21))
+        cases[say("random tree #{i}, 3-token vocabulary", i=i)] = (p, rng.integers(0, 3, 20), rng.integers(0, 3, 21))
     return cases
 
 
@@ -176,13 +181,14 @@ def _verify_greedy_tree(verify_tree_greedy):
         path = [int(x) for x in got[0]]
         if (path, [int(x) for x in got[1]]) in _tie_readings(p, t, argmax):
             continue
-        expect_equal(case + ": path", path, want[0],
-                     "list the path root first (the order the tokens are emitted in)"
+        shown = translated(case)
+        expect_equal(say("{case}: path", case=shown), path, want[0],
+                     _("list the path root first (the order the tokens are emitted in)")
                      if path == want[0][::-1] and path != want[0] else PATH)
-        expect_equal(case + ": emitted", [int(x) for x in got[1]], want[1],
-                     hint="the path's tokens, then the bonus: target_argmax[last accepted node + 1] (row 0 if none)")
-    return ["longest accepted path and bonus token match on the lesson's tree (3 cases), two ties (the path ending "
-            "at the smallest node index wins; the first found depth-first also passes) and 6 random trees"]
+        expect_equal(say("{case}: emitted", case=shown), [int(x) for x in got[1]], want[1],
+                     hint=_("the path's tokens, then the bonus: target_argmax[last accepted node + 1] (row 0 if none)"))
+    return [_("longest accepted path and bonus token match on the lesson's tree (3 cases), two ties (the path ending "
+              "at the smallest node index wins; the first found depth-first also passes) and 6 random trees")]
 
 
 def exercise_4c(verify_tree_greedy):
@@ -194,7 +200,7 @@ def exercise_4c(verify_tree_greedy):
 # ----------------------------------------------------------------------------- 4d sampled verification
 
 TREE_ROUNDS, TREE_LEVEL = 5000, 1e-3
-SIBLINGS = ("try the children in order, each with a fresh u = rng.random(): accept child c if u < p(c); on rejection "
+SIBLINGS = N_("try the children in order, each with a fresh u = rng.random(): accept child c if u < p(c); on rejection "
             "set p(c) = 0 and renormalise before the next child; after an accepted child continue there with its "
             "own row p_rows[c + 1]; if all fail, sample the last token from what is left")
 
@@ -208,8 +214,8 @@ def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
     index = {k: i for i, k in enumerate(keys)}
     counts, never = np.zeros(len(keys)), Counter()  # never: outputs the rule can never emit
     sample_rng = np.random.default_rng(44)
-    case = f"{rounds} rounds on a 6-node tree over 4 tokens"
-    for _ in range(rounds):
+    case = say("{rounds} rounds on a 6-node tree over 4 tokens", rounds=rounds)
+    for _round in range(rounds):
         got = _pair(case, call(verify_tree_sampled, case, parents, tokens, p_rows, sample_rng))
         emitted = tuple(int(x) for x in got[1])
         if emitted in index:
@@ -218,11 +224,11 @@ def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
             never[emitted] += 1
     if never:
         (seq, n), = never.most_common(1)
-        fail(case, f"emitted the tokens {list(seq)} ({n} of {rounds} rounds), which the rule can never emit "
-             "(probability 0)", hint=SIBLINGS)
+        fail(case, say("emitted the tokens {tokens} ({n} of {rounds} rounds), which the rule can never emit "
+                       "(probability 0)", tokens=list(seq), n=n, rounds=rounds), hint=SIBLINGS)
     chi_square_gate(case, counts, [exact[k] for k in keys], TREE_LEVEL, hint=SIBLINGS)
-    return [f"the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, "
-            f"false alarm {TREE_LEVEL:g})"]
+    return [say("the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, "
+                "false alarm {level:g})", rounds=rounds, level=TREE_LEVEL)]
 
 
 def exercise_4d(verify_tree_sampled):

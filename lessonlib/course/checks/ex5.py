@@ -9,48 +9,52 @@ import numpy as np
 from lessonlib.core import theory
 from lessonlib.course.checks import wrong
 from lessonlib.course.checks.framework import (CheckFailed, as_number, call, expect_close, expect_equal, fail,
-                                               run_check, with_controls)
+                                               quoted, run_check, with_controls)
+from lessonlib.course.checks.ex5_hints import _history, _diagnose
+from lessonlib.course.messages import N_, _, say, translated
 
 # ----------------------------------------------------------------------------- 5a the break-even temperature
 
-INTERPOLATE = ("with k=None the best K breaks even exactly at α = c (notebook 2, Cor. 3.9); with k given, at "
+INTERPOLATE = N_("with k=None the best K breaks even exactly at α = c (notebook 2, Cor. 3.9); with k given, at "
                "theory.breakeven_alpha(k, c). Interpolate α linearly between the two measured temperatures around "
                "the first crossing")
-ALREADY = "α(T) is already at or below the break-even α at the first measured temperature: return temperatures[0]"
-AT_BREAKEVEN = ("α equal to the break-even α already stops paying (the speedup is exactly 1): take the first T with "
+ALREADY = N_("α(T) is already at or below the break-even α at the first measured temperature: return temperatures[0]")
+AT_BREAKEVEN = N_("α equal to the break-even α already stops paying (the speedup is exactly 1): take the first T with "
                 "alpha <= the break-even α, not <")
 
 
 def _breakeven_cases():
     rng = np.random.default_rng(5)
     a4 = float(theory.breakeven_alpha(4, 0.1))
-    cases = [("alpha falls through c", [0.0, 1.0, 2.0], [0.9, 0.5, 0.05], 0.1, None, INTERPOLATE),
-             ("never breaks even in range", [0.0, 1.0, 2.0], [0.9, 0.8, 0.7], 0.1, None, INTERPOLATE),
-             ("already below at the first T", [0.0, 1.0, 2.0], [0.05, 0.9, 0.9], 0.1, None, INTERPOLATE),
-             ("already below at the first T = 0.5", [0.5, 1.0, 2.0], [0.05, 0.02, 0.01], 0.1, None, ALREADY),
-             ("exactly at break-even (α = c) at the first T = 0.3", [0.3, 0.7], [0.25, 0.9], 0.25, None, ALREADY),
-             ("non-monotone curve: the first crossing", [0.0, 1.0, 2.0, 3.0], [0.9, 0.0, 0.9, 0.0], 0.45, None,
+    cases = [(N_("alpha falls through c"), [0.0, 1.0, 2.0], [0.9, 0.5, 0.05], 0.1, None, INTERPOLATE),
+             (N_("never breaks even in range"), [0.0, 1.0, 2.0], [0.9, 0.8, 0.7], 0.1, None, INTERPOLATE),
+             (N_("already below at the first T"), [0.0, 1.0, 2.0], [0.05, 0.9, 0.9], 0.1, None, INTERPOLATE),
+             (N_("already below at the first T = 0.5"), [0.5, 1.0, 2.0], [0.05, 0.02, 0.01], 0.1, None, ALREADY),
+             (N_("exactly at break-even (α = c) at the first T = 0.3"), [0.3, 0.7], [0.25, 0.9], 0.25, None,
+              ALREADY),
+             (N_("non-monotone curve: the first crossing"), [0.0, 1.0, 2.0, 3.0], [0.9, 0.0, 0.9, 0.0], 0.45, None,
               INTERPOLATE),
-             ("fixed K = 4", [0.0, 1.0, 2.0], [0.9, 0.5, 0.05], 0.1, 4, INTERPOLATE),
-             ("free draft (c = 0): alpha reaches 0 at T = 1", [0.0, 1.0, 2.0], [0.5, 0.0, 0.0], 0.0, None,
+             (N_("fixed K = 4"), [0.0, 1.0, 2.0], [0.9, 0.5, 0.05], 0.1, 4, INTERPOLATE),
+             (N_("free draft (c = 0): alpha reaches 0 at T = 1"), [0.0, 1.0, 2.0], [0.5, 0.0, 0.0], 0.0, None,
               AT_BREAKEVEN),
-             ("alpha equals c = 0.25 from T = 1.5 on", [0.5, 1.5, 2.5], [0.75, 0.25, 0.25], 0.25, None, AT_BREAKEVEN),
-             ("K = 4: alpha reaches theory.breakeven_alpha(4, 0.1) at T = 1, then falls", [0.0, 1.0, 2.0],
+             (N_("alpha equals c = 0.25 from T = 1.5 on"), [0.5, 1.5, 2.5], [0.75, 0.25, 0.25], 0.25, None,
+              AT_BREAKEVEN),
+             (N_("K = 4: alpha reaches theory.breakeven_alpha(4, 0.1) at T = 1, then falls"), [0.0, 1.0, 2.0],
               [0.6, a4, a4 - 0.1], 0.1, 4, INTERPOLATE)]
     for i in range(20):
         t = np.cumsum(rng.uniform(0.1, 0.6, 9)) - 0.1
         a = np.sort(rng.uniform(0, 1, 9))[::-1]
-        cases.append((f"random falling curve #{i}", t.tolist(), a.tolist(), float(rng.uniform(0.02, 0.4)),
+        cases.append((say("random falling curve #{i}", i=i), t.tolist(), a.tolist(), float(rng.uniform(0.02, 0.4)),
                       None if i % 2 else int(rng.integers(1, 8)), INTERPOLATE))
     return cases
 
 
-BAD_INPUT = [("lengths differ", ([0.0, 1.0, 2.0], [0.5, 0.4], 0.1)),
-             ("temperatures not increasing", ([1.0, 0.0], [0.5, 0.4], 0.1)),
-             ("two equal temperatures", ([0.0, 1.0, 1.0], [0.5, 0.4, 0.3], 0.1)),
-             ("alpha above 1", ([0.0, 1.0], [0.5, 1.4], 0.1)),
-             ("alpha below 0", ([0.0, 1.0], [0.5, -0.2], 0.1)),
-             ("alpha is NaN", ([0.0, 1.0, 2.0], [0.5, float("nan"), 0.1], 0.1))]
+BAD_INPUT = [(N_("lengths differ"), ([0.0, 1.0, 2.0], [0.5, 0.4], 0.1)),
+             (N_("temperatures not increasing"), ([1.0, 0.0], [0.5, 0.4], 0.1)),
+             (N_("two equal temperatures"), ([0.0, 1.0, 1.0], [0.5, 0.4, 0.3], 0.1)),
+             (N_("alpha above 1"), ([0.0, 1.0], [0.5, 1.4], 0.1)),
+             (N_("alpha below 0"), ([0.0, 1.0], [0.5, -0.2], 0.1)),
+             (N_("alpha is NaN"), ([0.0, 1.0, 2.0], [0.5, float("nan"), 0.1], 0.1))]
 
 
 def _rejects_bad_input(breakeven_temperature):
@@ -62,11 +66,12 @@ def _rejects_bad_input(breakeven_temperature):
                 continue
             if err.student_error is None:  # too slow, or modified its input
                 raise
-            fail(case, f"raised {type(err.student_error).__name__}, expected ValueError naming the argument",
-                 hint="check the inputs first and raise ValueError('temperatures ...') before computing")
-        fail(case, "accepted bad input; raise ValueError naming the argument and what was expected", got=got,
-             hint="the exercise promises a ValueError for lists of different lengths, temperatures that do not "
-                  "strictly increase, and α outside [0, 1] (NaN is not in [0, 1]: np.all((a >= 0) & (a <= 1)))")
+            fail(case, say("raised {error}, expected ValueError naming the argument",
+                           error=type(err.student_error).__name__),
+                 hint=_("check the inputs first and raise ValueError('temperatures ...') before computing"))
+        fail(case, _("accepted bad input; raise ValueError naming the argument and what was expected"), got=got,
+             hint=_("the exercise promises a ValueError for lists of different lengths, temperatures that do not "
+                    "strictly increase, and α outside [0, 1] (NaN is not in [0, 1]: np.all((a >= 0) & (a <= 1)))"))
 
 
 def _other_readings(t, a, c, k) -> list[float]:
@@ -97,15 +102,16 @@ def _verify_breakeven_temperature(breakeven_temperature):
             continue
         if np.isinf(want) or np.isinf(got) or np.isnan(got):
             expect_equal(case, got, want, AT_BREAKEVEN if hint is AT_BREAKEVEN else
-                         "return float('inf') when α(T) stays above the break-even α everywhere" if np.isinf(want)
+                         _("return float('inf') when α(T) stays above the break-even α everywhere") if np.isinf(want)
                          else INTERPOLATE)
         else:
             expect_close(case, got, want, atol=1e-6, hint=hint)
     _rejects_bad_input(breakeven_temperature)
-    return [f"matches the definition to 1e-6 on {len(cases)} curves (first crossing, interpolated, best K or a given "
-            "K, α exactly at break-even, already below at the first T (0 or not), inf when it never breaks even)",
-            f"raises ValueError on all {len(BAD_INPUT)} kinds of bad input the exercise names (lengths differ, "
-            "temperatures decreasing or equal, α above 1, below 0 or NaN)"]
+    return [say("matches the definition to 1e-6 on {n} curves (first crossing, interpolated, best K or a given "
+                "K, α exactly at break-even, already below at the first T (0 or not), inf when it never breaks even)",
+                n=len(cases)),
+            say("raises ValueError on all {n} kinds of bad input the exercise names (lengths differ, "
+                "temperatures decreasing or equal, α above 1, below 0 or NaN)", n=len(BAD_INPUT))]
 
 
 def exercise_5a(breakeven_temperature):
@@ -124,21 +130,21 @@ def exercise_5a(breakeven_temperature):
 POLICY_K, POLICY_C = 4, 0.1  # alpha_off = 0.287 (speedup 1.0), alpha_on = 0.412 (speedup 1.2)
 BAD, THIRD, HALF, GOOD = [0], [0, 1], [1], [4]  # accepted counts of successive rounds (of K = 4 drafts)
 POLICY_STREAMS = [  # (case, policy settings, phases: (output tokens, accepted-count pattern or a random alpha))
-    ("α̂ = 1/2 while speculating, above both thresholds", {}, [(400, HALF)]),
-    ("α̂ = 1/3 while speculating, between the thresholds", {}, [(600, THIRD)]),
-    ("α̂ falls to 0, then probes at α̂ = 1/3, between the thresholds", {}, [(32, BAD), (800, THIRD)]),
-    ("α̂ falls to 0, then every probe accepts all K", {}, [(32, BAD), (400, GOOD)]),
-    ("20 failed probes, then good ones: only the last probe_window probes count", {},
+    (N_("α̂ = 1/2 while speculating, above both thresholds"), {}, [(400, HALF)]),
+    (N_("α̂ = 1/3 while speculating, between the thresholds"), {}, [(600, THIRD)]),
+    (N_("α̂ falls to 0, then probes at α̂ = 1/3, between the thresholds"), {}, [(32, BAD), (800, THIRD)]),
+    (N_("α̂ falls to 0, then every probe accepts all K"), {}, [(32, BAD), (400, GOOD)]),
+    (N_("20 failed probes, then good ones: only the last probe_window probes count"), {},
      [(32, BAD), (340, BAD), (300, GOOD)]),
-    ("the window before the switch-off ends well: its rounds must not judge the probes", {},
+    (N_("the window before the switch-off ends well: its rounds must not judge the probes"), {},
      [(24, BAD), (400, HALF)]),
-    ("on again after 12 failed and 2 good probes, then α̂ falls to 0", {},
+    (N_("on again after 12 failed and 2 good probes, then α̂ falls to 0"), {},
      [(32, BAD), (204, BAD), (26, GOOD), (400, BAD)]),
-    ("a long good run, then α collapses: the window slides", {}, [(400, GOOD), (400, BAD)]),
-    ("random stream, window=8, probe_window=4, probe_every=5, on_above=1.3",
+    (N_("a long good run, then α collapses: the window slides"), {}, [(400, GOOD), (400, BAD)]),
+    (N_("random stream, window=8, probe_window=4, probe_every=5, on_above=1.3"),
      {"window": 8, "probe_window": 4, "probe_every": 5, "on_above": 1.3},
      [(150, 0.8), (200, 0.1), (150, 0.35), (200, 0.7), (100, 0.05)]),
-    ("random stream, default settings", {}, [(300, 0.6), (300, 0.2), (300, 0.45), (300, 0.3), (300, 0.8)]),
+    (N_("random stream, default settings"), {}, [(300, 0.6), (300, 0.2), (300, 0.45), (300, 0.3), (300, 0.8)]),
 ]
 
 
@@ -161,100 +167,22 @@ class _Outcomes:
         return POLICY_K if ok.all() else int(np.argmin(ok))
 
 
-def _alpha(rounds):
-    judged = sum(a + r for a, r in rounds)
-    return sum(a for a, _ in rounds) / judged if judged else float("nan")
-
-
-def _history(events, last=6) -> str:
-    """The last few steps, runs of plain steps merged: '16 × plain, probe accepted 4, …'."""
-    runs = []
-    for act, accepted in events:
-        text = act if accepted is None else f"{act} accepted {accepted}"
-        if runs and runs[-1][0] == text:
-            runs[-1][1] += 1
-        else:
-            runs.append([text, 1])
-    shown = [text if n == 1 else f"{n} × {text}" for text, n in runs[-last:]]
-    return ("… " if len(runs) > last else "") + ", ".join(shown)
-
-
-def _why_on(ref, before, just_switched):
-    """Hint when the reference speculates and the student's policy does not."""
-    window, pw = ref.rounds.maxlen, ref.probe_window
-    if just_switched == "on":
-        return (f"the last {pw} probes give α̂ = {_alpha(list(before)[-pw:]):.3f} ≥ α_on = {ref.alpha_on:.3f}: switch "
-                "speculation back on. Judge the last probe_window probes only (the window holds nothing but probes "
-                "since it was emptied at the switch-off)")
-    n, alpha = len(before), _alpha(before)
-    if n < window:
-        return (f"your policy switched off with {n} of {window} rounds in the window: switch off only once it is full"
-                + (" — after switching on, the window holds just the probe_window probes that justified it and "
-                   "fills up from there" if ref.switches and ref.switches[-1][1] == "on" else ""))
-    estimate = ("α̂ = Σaccepted / (Σaccepted + Σrejected), a rejection counted only when accepted < drafted "
-                "(fallback.alpha_mle), not accepted / drafted")
-    if alpha < ref.alpha_on:
-        return (f"α̂ over the window is {alpha:.3f}, between α_off = {ref.alpha_off:.3f} and α_on = {ref.alpha_on:.3f}: "
-                f"keep speculating — switch off only below α_off (hysteresis); and {estimate}")
-    return f"α̂ over the window is {alpha:.3f}, above α_on = {ref.alpha_on:.3f}: keep speculating. Estimate {estimate}"
-
-
-def _why_off(ref, before, just_switched, since_on):
-    """Hint when the student's policy speculates and the reference does not."""
-    window, pw = ref.rounds.maxlen, ref.probe_window
-    if just_switched == "off":
-        restart = (f" — after the switch-on the window held the last {pw} probes, so it is full again after "
-                   f"{window - pw} rounds" if since_on is not None and since_on < window else "")
-        return (f"the window (the last {window} rounds: older ones drop out) is full and α̂ = {_alpha(before):.3f} < "
-                f"α_off = {ref.alpha_off:.3f}: switch speculation off (and empty the window){restart}")
-    probes = list(ref.rounds)
-    if len(probes) < pw:
-        return (f"only {len(probes)} probes since the switch-off: switch on only when the last probe_window = {pw} "
-                "probes give α̂ ≥ α_on — empty the window when switching off, so older rounds do not count")
-    recent = _alpha(probes[-pw:])
-    band = " (it is above α_off, but only α_on switches back on: hysteresis)" if recent >= ref.alpha_off else ""
-    return f"the last {pw} probes give α̂ = {recent:.3f} < α_on = {ref.alpha_on:.3f}: stay off{band}"
-
-
-def _why_probe(ref, events, want, just_switched):
-    """Hint when both are off but disagree on probing now."""
-    act, accepted = events[-1] if events else ("speculate", None)
-    if want == "probe":
-        if act == "probe" and accepted:
-            return f"the last probe accepted {accepted}: probe again right away (plain_since_probe = probe_every)"
-        return (f"{ref.probe_every} plain tokens since the last probe or switch-off: probe now (count plain tokens "
-                "in record_plain; probe when plain_since_probe >= probe_every)")
-    if act == "probe" and not accepted:
-        return "the last probe accepted nothing: wait probe_every plain tokens before the next (plain_since_probe = 0)"
-    if just_switched == "off":
-        return "after switching off, the first probe comes after probe_every plain tokens: set plain_since_probe = 0"
-    return "probe only after probe_every plain tokens since the last probe"
-
-
-def _diagnose(ref, events, before, want, got, just_switched, since_on):
-    if got not in ("speculate", "probe", "plain"):
-        return "action() must return 'speculate', 'probe' or 'plain'"
-    if want == "speculate":
-        return _why_on(ref, before, just_switched)
-    if got == "speculate":
-        return _why_off(ref, before, just_switched, since_on)
-    return _why_probe(ref, events, want, just_switched)
-
-
 def _lockstep(policy_class, case, settings, phases, seed):
     """Drive the student's policy and the reference together; fail at the first different action."""
     from lessonlib.decoding import fallback
 
-    policy = call(policy_class, f"{case}: constructing the policy", POLICY_K, POLICY_C, **settings)
+    policy = call(policy_class, say("{case}: constructing the policy", case=translated(case)), POLICY_K, POLICY_C,
+                  **settings)
     ref = fallback.FallbackPolicy(POLICY_K, POLICY_C, **settings)
     outcomes, events, before, just_switched, since_on = _Outcomes(phases, seed), [], [], None, None
     position, step, end = 0, 0, sum(n for n, _ in phases)
     while position < end:
         want, got = ref.action(), call(policy.action, case)
         if got != want:
-            fail(case, f"step {step} (output position {position}): expected {want!r}, got {got!r}",
-                 hint=_diagnose(ref, events, before, want, got, just_switched, since_on)
-                 + f". The steps before: {_history(events)}")
+            fail(case, say("step {step} (output position {position}): expected {want}, got {got}", step=step,
+                           position=position, want=repr(want), got=repr(got)),
+                 hint=say("{hint}. The steps before: {steps}", steps=_history(events),
+                          hint=_diagnose(ref, events, before, want, got, just_switched, since_on)))
         switches = len(ref.switches)
         if want == "plain":
             call(policy.record_plain, case, 1)
@@ -282,12 +210,14 @@ def verify_policy(policy_class):
         except (NotImplementedError, CheckFailed):
             raise
         except Exception as err:  # the student's policy object misbehaving outside record/action
-            raise CheckFailed(f"case {case!r}: {type(err).__name__}: {err}") from err
+            raise CheckFailed(say("case {case}: your policy raised {error}: {message}", case=quoted(case),
+                                  error=type(err).__name__, message=str(err))) from err
         steps, switches = steps + n, switches + s
-    return [f"decides like the reference at every one of {steps} steps ({switches} switches) on "
-            f"{len(POLICY_STREAMS)} streams: α̂ between the thresholds (hysteresis both ways), the probe window, "
-            "quick re-probes, the window emptied at a switch-off and restarted from the probes at a switch-on, "
-            "a sliding window, other settings, random streams"]
+    return [say("decides like the reference at every one of {steps} steps ({switches} switches) on "
+                "{streams} streams: α̂ between the thresholds (hysteresis both ways), the probe window, "
+                "quick re-probes, the window emptied at a switch-off and restarted from the probes at a switch-on, "
+                "a sliding window, other settings, random streams", steps=steps, switches=switches,
+                streams=len(POLICY_STREAMS))]
 
 
 def exercise_5b(policy_class):
@@ -301,7 +231,7 @@ def exercise_5b(policy_class):
 
 # ----------------------------------------------------------------------------- 5c throughput by phase
 
-PHASE = ("a step belongs to the phase its first token is in (the step at position 3 emits tokens 3 and 4, both in "
+PHASE = N_("a step belongs to the phase its first token is in (the step at position 3 emits tokens 3 and 4, both in "
          "phase 0; a step starting exactly at a boundary belongs to the phase that starts there: "
          "np.searchsorted(boundaries, position, side='right') - 1); tokens/s = sum of tokens / sum of seconds of "
          "the steps in the phase")
@@ -312,10 +242,10 @@ def _verify_throughput_by_phase(throughput_by_phase):
 
     trace = {"position": np.array([0, 3, 5, 6]), "tokens": np.array([3, 2, 1, 4]),
              "seconds": np.array([1.0, 1.0, 1.0, 2.0])}
-    case = "4 steps: positions 0, 3, 5, 6; boundaries [0, 5, 10]"
+    case = N_("4 steps: positions 0, 3, 5, 6; boundaries [0, 5, 10]")
     expect_close(case, call(throughput_by_phase, case, trace, [0, 5, 10]), [5 / 2, 5 / 3], atol=1e-12, rtol=1e-6,
                  hint=PHASE)
-    case = "a step starting exactly on a boundary: positions 0, 2, 4; boundaries [0, 2, 6]"
+    case = N_("a step starting exactly on a boundary: positions 0, 2, 4; boundaries [0, 2, 6]")
     trace = {"position": np.array([0, 2, 4]), "tokens": np.array([2, 2, 2]), "seconds": np.array([1.0, 2.0, 4.0])}
     expect_close(case, call(throughput_by_phase, case, trace, [0, 2, 6]), [2.0, 4 / 6], atol=1e-12, rtol=1e-6,
                  hint=PHASE)
@@ -326,11 +256,11 @@ def _verify_throughput_by_phase(throughput_by_phase):
                  "seconds": rng.uniform(0.5, 2.0, 60)}
         end = int(tokens.sum())
         bounds = [0, end // 3, 2 * end // 3, end]
-        case = f"random trace #{i}"
+        case = say("random trace #{i}", i=i)
         expect_close(case, call(throughput_by_phase, case, trace, bounds), fallback.throughput_by_phase(trace, bounds),
                      atol=1e-9, rtol=1e-6, hint=PHASE)
-    return ["attributes each step to the phase it starts in, boundaries included",
-            "matches the reference on 5 random traces"]
+    return [_("attributes each step to the phase it starts in, boundaries included"),
+            _("matches the reference on 5 random traces")]
 
 
 def exercise_5c(throughput_by_phase):

@@ -6,6 +6,11 @@ function on cases with known answers and returns a list of what it verified, or 
 the case, what was expected, what came back and what to fix. ``with_controls`` appends the
 negative controls: known-wrong implementations (from ``wrong.CATALOGUE``) that the same
 ``verify`` must reject, so a ✓ is evidence that the test has teeth.
+
+Every sentence shown to the student is an English template passed through ``messages._`` /
+``say`` where it is built, or marked with ``N_`` where it is defined once (a module-level hint)
+and turned into the student's language by ``fail`` / ``call`` where it is shown (``translated``):
+a case name, a problem or a hint may arrive as a marked English template or already translated.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import numpy as np
 from lessonlib.core import stats
 from lessonlib.course.checks import sandbox
 from lessonlib.course.checks.sandbox import LIMITS, TimeUp
+from lessonlib.course.messages import N_, _, say, translated
 
 SHOW = 8  # arrays with more entries print summarised, so the hint stays in view
 
@@ -71,24 +77,30 @@ def _shown(expected, got) -> tuple[str, str]:
     return e, g
 
 
+def quoted(case: str) -> str:
+    """A case's name in the student's language, quoted as ``repr`` quotes it ('random p and q'), but
+    with Persian's zero-width non-joiner kept as the letter it is (``repr`` would write \\u200c)."""
+    return repr(translated(case)).replace("\\u200c", "\u200c")
+
+
 def fail(case: str, problem: str, expected=None, got=None, hint: str | None = None):
     """Raise ``CheckFailed`` with a message a student can act on."""
-    lines = [f"case {case!r}: {problem}"]
+    lines = [say("case {case}: {problem}", case=quoted(case), problem=translated(problem))]
     if expected is not None and got is not None:
         e, g = _shown(expected, got)
-        lines += [f"  expected: {e}", f"  got:      {g}"]
+        lines += [say("  expected: {value}", value=e), say("  got:      {value}", value=g)]
     elif expected is not None:
-        lines.append(f"  expected: {_fmt(expected)}")
+        lines.append(say("  expected: {value}", value=_fmt(expected)))
     elif got is not None:
-        lines.append(f"  got:      {_fmt(got)}")
+        lines.append(say("  got:      {value}", value=_fmt(got)))
     if hint:
-        lines.append(f"  hint: {hint}")
+        lines.append(say("  hint: {hint}", hint=translated(hint)))
     raise CheckFailed("\n".join(lines))
 
 
 _budget: dict = {"deadline": None, "calls": 0}  # set by run_check: one time budget for a whole check
 
-MODIFIED = ("work on a copy (e.g. p = np.array(p, dtype=float)) or build new arrays (p - q makes one): the caller's "
+MODIFIED = N_("work on a copy (e.g. p = np.array(p, dtype=float)) or build new arrays (p - q makes one): the caller's "
             "arrays must not change")
 
 
@@ -112,24 +124,26 @@ def call(fn, case: str, *args, hints: dict | None = None, **kwargs):
         _too_slow(case, whole_check)
     except Exception as err:  # the student's bug, reported with the inputs that triggered it
         advice = next((h for key, h in (hints or {}).items() if key in str(err)), None)
-        message = f"case {case!r}: your function raised {type(err).__name__}: {err}" + _student_line(err)
-        failure = CheckFailed(message + (f"\n  hint: {advice}" if advice else ""))
+        message = say("case {case}: your function raised {error}: {message}", case=quoted(case),
+                      error=type(err).__name__, message=str(err)) + _student_line(err)
+        failure = CheckFailed(message + ("\n" + say("  hint: {hint}", hint=translated(advice)) if advice else ""))
         failure.student_error = err
         raise failure from None
     name = sandbox.changed_argument(fn, args, copies, kwargs, kw_copies)
     if name is not None:
-        fail(case, f"your function modified `{name}` in place", hint=MODIFIED)
+        fail(case, say("your function modified `{name}` in place", name=name), hint=MODIFIED)
     return out
 
 
 def _too_slow(case: str, whole_check: bool):
     if whole_check:
-        fail(case, f"the check stopped: your function used up the check's time limit of {LIMITS.per_check_s:g} s "
-             f"over {_budget['calls']} calls", hint="a correct answer takes a few seconds in all: look for slow "
-             "Python loops over the whole vocabulary or work repeated on every call")
-    fail(case, f"your function did not return within {LIMITS.per_call_s:g} s, so the check stopped it",
-         hint="a correct answer returns in well under a second: look for a loop that never ends (a while loop "
-              "whose condition never changes) or a recursion without a base case")
+        fail(case, say("the check stopped: your function used up the check's time limit of {limit:g} s "
+                       "over {calls} calls", limit=LIMITS.per_check_s, calls=_budget["calls"]),
+             hint=_("a correct answer takes a few seconds in all: look for slow "
+                    "Python loops over the whole vocabulary or work repeated on every call"))
+    fail(case, say("your function did not return within {limit:g} s, so the check stopped it", limit=LIMITS.per_call_s),
+         hint=_("a correct answer returns in well under a second: look for a loop that never ends (a while loop "
+                "whose condition never changes) or a recursion without a base case"))
 
 
 def _student_line(err: BaseException) -> str:
@@ -140,7 +154,8 @@ def _student_line(err: BaseException) -> str:
     if not frames:
         return ""
     frame = frames[-1]
-    return f"\n  in {frame.name}, line {frame.lineno}: {(frame.line or '').strip()}"
+    return "\n" + say("  in {function}, line {number}: {code}", function=frame.name, number=frame.lineno,
+                       code=(frame.line or "").strip())
 
 
 # relative tolerance for answers computed in a lower precision (a float32 answer is not a wrong answer)
@@ -158,24 +173,26 @@ def as_number(case: str, value, hint: str | None = None) -> Any:
 
     A float, or a numpy float32/float16 scalar (kept, so that ``expect_close`` allows its precision)."""
     if value is None:
-        fail(case, "your function returned None", hint="did you forget the return statement?")
+        fail(case, _("your function returned None"), hint=_("did you forget the return statement?"))
     if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
-        shape = f"an array of shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
-        fail(case, f"expected a single number (a float, a numpy scalar or a 0-d array), got {shape}", got=value,
-             hint=hint or "for a single α return one number; only an array α gives an array back")
+        shape = say("an array of shape {shape}", shape=np.shape(value)) if np.ndim(value) else type(value).__name__
+        fail(case, say("expected a single number (a float, a numpy scalar or a 0-d array), got {what}", what=shape),
+             got=value, hint=hint or _("for a single α return one number; only an array α gives an array back"))
     try:
         number = float(value)
     except (TypeError, ValueError):
-        fail(case, f"expected a single number, got {type(value).__name__}", got=repr(value)[:80], hint=hint)
+        fail(case, say("expected a single number, got {kind}", kind=type(value).__name__), got=repr(value)[:80],
+             hint=hint)
     return np.asarray(value).dtype.type(number) if low_precision(np.asarray(value)) else number
 
 
-def _first_difference(got, expected, atol, rtol) -> str:
+def _first_difference(got, expected, atol, rtol) -> dict:
+    """Where two arrays first differ and both values there: {where, expected, got}."""
     bad = np.flatnonzero(~np.isclose(got.ravel(), expected.ravel(), atol=atol, rtol=rtol))
     i = int(bad[0])
     where = np.unravel_index(i, got.shape) if got.ndim > 1 else i
     e, g = _shown(float(expected.ravel()[i]), float(got.ravel()[i]))
-    return f"; first at index {where}: expected {e}, got {g}"
+    return {"where": where, "expected": e, "got": g}
 
 
 def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None, rtol: float = 0.0) -> None:
@@ -183,26 +200,33 @@ def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None
     ``LOW_PRECISION`` of a float32 or float16 ``got`` (any sequence of numbers: list, tuple, array, tensor)."""
     rtol = max(rtol, low_precision(got))
     if got is None:
-        fail(case, "your function returned None", hint="did you forget the return statement?")
+        fail(case, _("your function returned None"), hint=_("did you forget the return statement?"))
     try:
         got_arr = np.asarray(got, dtype=float)
     except (TypeError, ValueError):
-        fail(case, f"expected numbers, got {type(got).__name__}", got=repr(got)[:80], hint=hint)
+        fail(case, say("expected numbers, got {kind}", kind=type(got).__name__), got=repr(got)[:80], hint=hint)
     expected_arr = np.asarray(expected, dtype=float)
     if got_arr.shape != expected_arr.shape:
-        fail(case, f"wrong shape {got_arr.shape}, expected {expected_arr.shape}", expected, got, hint)
+        fail(case, say("wrong shape {shape}, expected {expected}", shape=got_arr.shape, expected=expected_arr.shape),
+             expected, got, hint)
     if not np.isfinite(got_arr).all() and np.isfinite(expected_arr).all():
-        fail(case, "your values include nan or inf (a division by zero?)", expected, got, hint)
+        fail(case, _("your values include nan or inf (a division by zero?)"), expected, got, hint)
     if not np.allclose(got_arr, expected_arr, atol=atol, rtol=rtol, equal_nan=True):
         worst = float(np.nanmax(np.abs(got_arr - expected_arr)))
-        detail = _first_difference(got_arr, expected_arr, atol, rtol) if expected_arr.size > SHOW else ""
-        allowed = f"{atol:g}" + (f" + {rtol:g}·|expected|" if rtol else "")
-        fail(case, f"values differ (largest difference {worst:.3g}, tolerance {allowed}{detail})", expected, got, hint)
+        allowed = say("{atol:g} + {rtol:g}·|expected|", atol=atol, rtol=rtol) if rtol else f"{atol:g}"
+        if expected_arr.size > SHOW:  # a long array prints summarised: name the first difference
+            problem = say("values differ (largest difference {worst:.3g}, tolerance {allowed}; first at index "
+                          "{where}: expected {expected}, got {got})", worst=worst, allowed=allowed,
+                          **_first_difference(got_arr, expected_arr, atol, rtol))
+        else:
+            problem = say("values differ (largest difference {worst:.3g}, tolerance {allowed})", worst=worst,
+                          allowed=allowed)
+        fail(case, problem, expected, got, hint)
 
 
 def expect_equal(case: str, got, expected, hint: str | None = None) -> None:
     if got != expected:
-        fail(case, "wrong result", expected, got, hint)
+        fail(case, _("wrong result"), expected, got, hint)
 
 
 def chi_square_gate(case: str, counts, probs, level: float, hint: str | None = None, labels=None) -> float:
@@ -215,13 +239,14 @@ def chi_square_gate(case: str, counts, probs, level: float, hint: str | None = N
     impossible = np.flatnonzero((probs == 0) & (counts > 0))
     if impossible.size:
         i = int(impossible[0])
-        name = labels[i] if labels is not None else f"outcome {i}"
-        fail(case, f"produced {name} ({int(counts[i])} times), which has probability 0", hint=hint)
-    _, p_value = stats.chi_square(counts, probs)
+        name = labels[i] if labels is not None else say("outcome {i}", i=i)
+        fail(case, say("produced {name} ({n} times), which has probability 0", name=name, n=int(counts[i])),
+             hint=hint)
+    p_value = stats.chi_square(counts, probs)[1]
     if p_value < level:
         n = int(counts.sum())
-        fail(case, f"chi-square test rejects the expected distribution (p-value {p_value:.2g} < {level:g}, n = {n})",
-             probs, counts / max(n, 1), hint)
+        fail(case, say("chi-square test rejects the expected distribution (p-value {p:.2g} < {level:g}, n = {n})",
+                       p=p_value, level=level, n=n), probs, counts / max(n, 1), hint)
     return float(p_value)
 
 
@@ -230,8 +255,9 @@ def _name(fn) -> str:
 
 
 def _lend(exercise: str, reference, why: str):
-    print(f"… exercise {exercise}: not implemented yet — {why}; using the reference "
-          f"{reference.__module__}.{reference.__qualname__} so the rest of the notebook runs.")
+    print(say("… exercise {exercise}: not implemented yet — {why}; using the reference {reference} so the rest of "
+              "the notebook runs.", exercise=exercise, why=why,
+              reference=f"{reference.__module__}.{reference.__qualname__}"))
     return reference
 
 
@@ -243,9 +269,9 @@ def _within_budget(verify, fn):
     try:
         return sandbox.limited(verify, (fn,), seconds=LIMITS.per_check_s + 5.0)
     except TimeUp:
-        fail("the whole check", f"it ran past its time limit of {LIMITS.per_check_s:g} s",
-             hint="a correct answer takes a few seconds; if your function returns something unusual (a generator, "
-                  "a huge array), return a list or an array of the expected size")
+        fail(N_("the whole check"), say("it ran past its time limit of {limit:g} s", limit=LIMITS.per_check_s),
+             hint=_("a correct answer takes a few seconds; if your function returns something unusual (a generator, "
+                    "a huge array), return a list or an array of the expected size"))
     finally:
         _budget.update(outer)
 
@@ -258,18 +284,21 @@ def run_check(exercise: str, fn, reference, verify):
     check the reference itself: that is still the unimplemented stub, never a ✓.
     """
     if not callable(fn):
-        raise TypeError(f"exercise {exercise}: pass the function itself, e.g. checks.exercise_{exercise}(my_function)")
+        raise TypeError(say("exercise {exercise}: pass the function itself, e.g. "
+                            "checks.exercise_{exercise}(my_function)", exercise=exercise))
     if fn is reference:
-        return _lend(exercise, reference, f"{_name(fn)} is still the library's reference, lent when the stub above "
-                                          "raised NotImplementedError (implement it, run its cell, then this one)")
+        return _lend(exercise, reference, say("{name} is still the library's reference, lent when the stub above "
+                                              "raised NotImplementedError (implement it, run its cell, then this one)",
+                                              name=_name(fn)))
     try:
         verified = _within_budget(verify, fn)
     except NotImplementedError:
-        return _lend(exercise, reference, "the function above still raises NotImplementedError")
+        return _lend(exercise, reference, _("the function above still raises NotImplementedError"))
     except CheckFailed as err:
-        err.args = (f"✗ exercise {exercise}, {err.args[0]}",)
+        err.args = (say("✗ exercise {exercise}, {message}", exercise=exercise, message=err.args[0]),)
         raise err.with_traceback(None) from None
-    print(f"✓ exercise {exercise}: " + "\n    ".join(verified))
+    print(say("✓ exercise {exercise}: {verified}", exercise=exercise,
+              verified="\n    ".join(translated(line) for line in verified)))
     return fn
 
 
@@ -293,39 +322,15 @@ def rejects(verify, name: str, wrong) -> str:
     try:
         verify(wrong)
     except CheckFailed as err:
-        return f"{name} (caught: {err.args[0].splitlines()[0]})"
+        return say("{name} (caught: {message})", name=translated(name), message=err.args[0].splitlines()[0])
     raise RuntimeError(f"the check failed to catch the negative control {name!r}; the check is broken")
 
 
 def with_controls(verify, controls: dict):
     """``verify`` followed by the same check on each known-wrong implementation in ``controls``."""
     def verify_with_controls(fn):
-        label = "negative controls" if len(controls) > 1 else "negative control"
-        return verify(fn) + [f"{label}, same check: " + "; ".join(rejects(verify, n, f) for n, f in controls.items())]
+        caught = "; ".join(rejects(verify, n, f) for n, f in controls.items())
+        return verify(fn) + [say("negative controls, same check: {caught}", caught=caught) if len(controls) > 1
+                             else say("negative control, same check: {caught}", caught=caught)]
     return verify_with_controls
 
-
-# ----------------------------------------------------------------------------- shared case helpers
-
-
-def emitted_tokens(case: str, out, k: int) -> list[int]:
-    """A round's emitted tokens as a list of ints, with a readable failure for anything else."""
-    try:
-        tokens = [int(t) for t in out]
-    except TypeError:
-        fail(case, f"expected a list of token ids, got {type(out).__name__}", got=out)
-    if any(t != s for t, s in zip(tokens, out)):
-        fail(case, "token ids must be integers", got=out)
-    if not 1 <= len(tokens) <= k + 1:
-        fail(case, f"a round emits between 1 and K+1 = {k + 1} tokens, got {len(tokens)}", got=tokens,
-             hint="stop at the first rejection (one correction token); "
-                  "the bonus token comes only when all K are accepted")
-    return tokens
-
-
-def random_rows(rng, shape, zero_fraction=0.0):
-    """Random probability rows of ``shape`` (last axis: the vocabulary), some entries zeroed."""
-    rows = rng.dirichlet(np.ones(shape[-1]), size=shape[:-1])
-    rows[rng.random(rows.shape) < zero_fraction] = 0.0
-    rows[..., 0] += rows.sum(-1) == 0  # never an all-zero row
-    return rows / rows.sum(-1, keepdims=True)

@@ -1,0 +1,317 @@
+"""What the course says to a student, in the student's language: one lookup, English the source.
+
+Every sentence the library prints to a student (a check's ✓/✗ line, its hints, the expected /
+got labels, widget labels, the exercise prompts, a ``claims.claim`` verdict) is an English
+*template* written in the code, passed through ``_`` (or ``say``) at the moment it is shown::
+
+    print(say("✓ {name}: {n} cases passed", name=name, n=len(cases)))
+
+``_`` returns the template in the current language, ``say`` also formats it. The translations
+live in gettext catalogues beside the notebooks' (``locale/fa/messages.po`` for the library's
+sentences, ``locale/fa/claims.po`` for the notebooks' claim sentences): ``msgid`` the English
+template, ``msgstr`` the Persian with the same placeholders. An entry that is empty or fuzzy is
+not used, so a sentence without a current translation prints in English, never half-translated.
+
+The language is one setting: ``use("fa")`` (the first code cell of every Persian notebook calls
+it; the build inserts that cell), or the environment variable ``LESSONLIB_LANG`` at import.
+English is the default.
+
+``translate_output`` turns printed English back into the language through the same catalogues,
+by matching each line against the templates: the Persian build uses it for the stored outputs
+it copies from the English notebooks, so a stored run reads the same as a re-run.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import re
+import string
+
+import polib
+
+from lessonlib import paths
+
+SOURCE = "en"
+LANGUAGES = (SOURCE, "fa")
+LOCALE = paths.ROOT / "locale"
+CATALOGUES = ("messages.po", "claims.po")  # the library's sentences; the notebooks' claim sentences
+ENV = "LESSONLIB_LANG"
+
+
+def _checked(lang: str, name: str = "lang") -> str:
+    if lang not in LANGUAGES:
+        raise ValueError(f"{name} must be one of {', '.join(LANGUAGES)}, got {lang!r}")
+    return lang
+
+
+_state = {"lang": _checked(os.environ.get(ENV, SOURCE) or SOURCE, f"environment variable {ENV}")}
+
+
+def use(lang: str) -> str:
+    """Speak ``lang`` from now on (``"en"`` or ``"fa"``); returns the language set."""
+    _state["lang"] = _checked(lang)
+    return lang
+
+
+def language() -> str:
+    """The language the course speaks now."""
+    return _state["lang"]
+
+
+def _entries(lang: str, locale: pathlib.Path) -> list[polib.POEntry]:
+    """Every current entry (non-empty, not fuzzy, not obsolete) of ``lang``'s sentence catalogues."""
+    entries = []
+    for name in CATALOGUES:
+        path = pathlib.Path(locale) / lang / name
+        if not path.exists():
+            continue
+        try:
+            po = polib.pofile(str(path), wrapwidth=0)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"catalogue {path} does not parse: {error}") from None
+        entries += [e for e in po if e.msgid and e.msgstr.strip() and not e.fuzzy and not e.obsolete]
+    return entries
+
+
+@functools.lru_cache(maxsize=None)
+def catalogue(lang: str, locale: pathlib.Path = LOCALE) -> dict[str, str]:
+    """{English template: translation} of every current entry; value words (``words``) apart."""
+    if _checked(lang) == SOURCE:
+        return {}
+    return {e.msgid: e.msgstr for e in _entries(lang, locale) if e.msgctxt != VALUE}
+
+
+def _(english: str, lang: str | None = None) -> str:
+    """``english`` (a template) in ``lang`` (default: the current language); English when untranslated."""
+    if not isinstance(english, str):
+        raise ValueError(f"english must be a template string, got {english!r}")
+    return catalogue(_checked(lang or language())).get(english, english)
+
+
+def say(english: str, lang: str | None = None, **values) -> str:
+    """``_(english)`` formatted with ``values`` (the placeholders of the English template)."""
+    return _(english, lang).format(**values)
+
+
+def N_(english: str) -> str:
+    """Mark ``english`` as a template and return it unchanged (gettext's ``gettext_noop``).
+
+    For a sentence defined once and shown later (a module-level hint such as ``checks.ex1.RESIDUAL``):
+    it stays English in the code, where it may also be compared or used as a key, and is turned into
+    the current language where it is shown, by ``translated``. The catalogue scan finds it like ``_``."""
+    return english
+
+
+def translated(text: str, lang: str | None = None) -> str:
+    """``text`` in ``lang`` if it is a template (usually one marked with ``N_``), else ``text`` as it is.
+
+    Unlike ``_`` it takes any value: a sentence already translated, a value or a student's own error
+    message passes through unchanged, so it is safe where a shown string may or may not be a template."""
+    if not isinstance(text, str):
+        return text
+    return catalogue(_checked(lang or language())).get(text, text)
+
+
+def fields(template: str) -> list[str]:
+    """The placeholder names of a template, in order ("{n} of {total:.0f}" -> ["n", "total"])."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+# --- value words -----------------------------------------------------------------------------
+# A word the code computes and a template shows as a placeholder's whole value (``claims.order``'s
+# "above" / "below" / "overlaps"). Its entry carries ``msgctxt "value"``: it is translated only as a
+# whole value (``word``; ``translate_line`` inside a matched template), never as free text, so the
+# "above" of an untranslated English line stays English, as a re-run prints it.
+VALUE = "value"
+
+
+@functools.lru_cache(maxsize=None)
+def words(lang: str, locale: pathlib.Path = LOCALE) -> dict[str, str]:
+    """{English word: translation} of every current ``msgctxt "value"`` entry of the catalogues."""
+    if _checked(lang) == SOURCE:
+        return {}
+    return {e.msgid: e.msgstr for e in _entries(lang, locale) if e.msgctxt == VALUE}
+
+
+def word(value: object, lang: str | None = None) -> object:
+    """A value as a template shows it in ``lang``: a value word translated, anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    return words(_checked(lang or language())).get(value, value)
+
+
+# --- stored outputs --------------------------------------------------------------------------
+
+# A placeholder's value: as short as the line allows, but never ending inside brackets, so an
+# interval's "1.60× [1.50, 1.70]" is one value even where the template goes on with ", {next}";
+# nor inside quotes, so a check's case name 'alpha 0.8, K 4: c = 0 vs c = 0.2' is one value
+# before the ": " that follows it (a quote only where no letter touches it from outside: "draft's").
+_VALUE = r"""(?:(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)|\[[^\[\]\n]*\]|[^\[\]\n])+?"""
+# A template's last value runs up to " — " or the end of the line, never across " — " (even when
+# ``_whole_line`` fullmatches): what follows the dash is another template, a claim's verdict.
+_LAST_VALUE = r"(?:[^\[\]\n—]|(?<! )—|\[[^\[\]\n]*\])+?"  # no " —" inside (a lookahead per character is slow)
+
+
+@functools.lru_cache(maxsize=None)
+def _patterns(lang: str) -> list[tuple[re.Pattern, str]]:
+    """Each translated template as a regex over its English rendering, longest template first."""
+    compiled = []
+    for english, translated in catalogue(lang).items():
+        pieces = list(string.Formatter().parse(english))
+        parts = [r"(?<!\w)"]  # a template matches whole words only ("above" not in "aboveground")
+        for i, (literal, name, _, _) in enumerate(pieces):
+            parts.append(re.escape(literal))
+            if name is None:
+                continue
+            if f"(?P<{name}>" in "".join(parts):
+                parts.append(f"(?P={name})")
+            elif i == len(pieces) - 1 or not pieces[i + 1][0]:  # nothing after it: up to " — " or the end
+                parts.append(f"(?P<{name}>{_LAST_VALUE})(?= — |$)")
+            else:
+                parts.append(f"(?P<{name}>{_VALUE})")
+        parts.append(r"(?!\w)")
+        pattern = re.compile("".join(parts))
+        _KEY[pattern] = _key(pattern, english)
+        compiled.append((pattern, translated))
+    compiled.sort(key=lambda pair: -len(pair[0].pattern))
+    return compiled
+
+
+_KEY: dict[re.Pattern, str] = {}  # pattern -> its template's longest literal piece (a cheap test before the regex)
+FREE_TEXT_WORDS = 3  # a template shorter than this many words is translated only as a whole line or value
+
+
+def _key(pattern: re.Pattern, english: str) -> str:
+    pieces = [literal.strip() for literal, _, _, _ in string.Formatter().parse(english)]
+    return max(pieces, key=len, default="")
+
+
+def _free_text(english: str) -> bool:
+    """May ``english`` be found inside a longer line? Yes for ``FREE_TEXT_WORDS`` words or more, and for
+    a claim's verdict ("— holds here"), which the dash sets apart."""
+    words = sum(len(re.findall(r"[A-Za-z]{2,}", literal)) for literal, _, _, _ in string.Formatter().parse(english))
+    return words >= FREE_TEXT_WORDS or english.startswith("— ")
+
+
+_SEARCHABLE: dict[str, tuple[list, list]] = {}  # lang -> (the _patterns list it was made from, the searchable ones)
+
+
+def _searchable(lang: str) -> list[tuple[re.Pattern, str, str]]:
+    """The templates ``translate_line`` may find inside free text: those of at least ``FREE_TEXT_WORDS``
+    words (a short case name such as "token {i}" or a label such as "best K" would also match English
+    that a re-run prints untranslated), each with its longest literal piece."""
+    patterns = _patterns(lang)
+    if lang not in _SEARCHABLE or _SEARCHABLE[lang][0] is not patterns:  # rebuilt after _patterns.cache_clear()
+        english_of = {translated: english for english, translated in catalogue(lang).items()}
+        _SEARCHABLE[lang] = (patterns, [(p, t, _KEY.get(p, "")) for p, t in patterns
+                                        if _free_text(english_of.get(t, ""))])
+    return _SEARCHABLE[lang][1]
+
+
+def _fill(template: str, found: dict[str, str]) -> str:
+    """``template`` with each placeholder replaced by the text found for it (already formatted)."""
+    out = []
+    for literal, name, spec, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is None:
+            continue
+        value = found[name]
+        if re.fullmatch(r"[<>^]?\d+", spec or ""):  # a column ("{name:<36}"): laid out again for the translation
+            value = value[:len(value) - len(value.lstrip())] + format(value.strip(), spec)
+        out.append(value)
+    return "".join(out)
+
+
+def _split_list(text: str) -> list[str]:
+    """``text`` split at each "; " outside brackets, parentheses and quotes (one item if none)."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"" and (i == 0 or not text[i - 1].isalnum()):
+            quote = char
+        elif char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+        elif depth == 0 and text.startswith("; ", i):
+            items.append(text[start:i])
+            start = i + 2
+    return items + [text[start:]]
+
+
+_ORDER: dict[str, tuple[list, list]] = {}  # lang -> (the _patterns list it was made from, that list reordered)
+
+
+def _by_words(lang: str) -> list[tuple[re.Pattern, str]]:
+    """``_patterns(lang)``, the template with the most literal text first: of two templates that render
+    a whole text, the one with more words is the better reading ("{case}: path" over "{act} accepted {n}")."""
+    patterns = _patterns(lang)
+    if lang not in _ORDER or _ORDER[lang][0] is not patterns:  # rebuilt after _patterns.cache_clear()
+        literal = lambda p: len(p.pattern.replace(_LAST_VALUE, "").replace(_VALUE, ""))  # noqa: E731
+        _ORDER[lang] = (patterns, sorted(patterns, key=lambda pair: -literal(pair[0])))
+    return _ORDER[lang][1]
+
+
+def _whole_line(text: str, lang: str, value: bool) -> str | None:
+    """``text`` in ``lang`` if one template renders all of it, else None. A line is matched only by a
+    template that begins with words (a check's "✓ exercise 1a: {verified}", "  hint: {hint}"; one that
+    begins with a placeholder would match too much); a placeholder's value (``value``) by any, and a
+    "; "-separated value item by item (a ✓ line's "scalar-q residual (caught: …); always accept (caught: …)")."""
+    full = text.rstrip("\n")
+    if value and full.strip() != full:  # a value padded to a column: the words inside, the padding kept
+        inner = _whole_line(full.strip(), lang, value)
+        return None if inner is None else full[:len(full) - len(full.lstrip())] + inner + text[len(full.rstrip()):]
+    if value and len(full) > 2 and full[0] == full[-1] and full[0] in "'\"":  # a quoted name: 'random case 3'
+        inner = _whole_line(full[1:-1], lang, value)  # quoted again as repr quotes it, the ZWNJ left as it is
+        return None if inner is None else repr(inner).replace("\\u200c", "\u200c") + text[len(full):]
+    items = _split_list(full) if value else [full]
+    if len(items) > 1:  # a list of whole templates first: one template's values would swallow the separators
+        done = [_whole_line(item, lang, value) for item in items]
+        if None not in done:
+            return "; ".join(done) + text[len(full):]  # type: ignore[arg-type]
+    indent = full[:len(full) - len(full.lstrip(" "))]  # the indent of a ✓ line's later items stays as it is
+    for pattern, translated in _by_words(_checked(lang)):
+        if _KEY.get(pattern, "") not in full or (not value and pattern.pattern.startswith(r"(?<!\w)(?P<")):
+            continue
+        for head, body in (("", full), (indent, full[len(indent):])) if indent else (("", full),):
+            match = pattern.fullmatch(body)
+            if match is not None:
+                return head + _fill(translated, _values(match, lang)) + text[len(full):]
+    return None
+
+
+def _values(match: re.Match, lang: str) -> dict[str, str]:
+    """Each placeholder's text in ``lang``: a value word (``word``), or translated as a value."""
+    return {name: words(lang).get(text) or _whole_line(text, lang, True) or translate_line(text, lang)
+            for name, text in match.groupdict().items()}
+
+
+def translate_line(line: str, lang: str) -> str:
+    """One printed line in ``lang``: a template that renders the whole line first (``_whole_line``), else
+    every span that a translated template rendered is replaced."""
+    whole = _whole_line(line, lang, False)
+    if whole is not None:
+        return whole
+    for pattern, translated, key in _searchable(_checked(lang)):
+        if key not in line:
+            continue
+        match = pattern.search(line)
+        if match is not None:
+            head, tail = line[:match.start()], line[match.end():]
+            middle = _fill(translated, _values(match, lang))  # a value can itself be a translated word ("above")
+            return translate_line(head, lang) + middle + translate_line(tail, lang)
+    return line
+
+
+def translate_output(text: str, lang: str) -> str:
+    """Printed English (a stored stream output) in ``lang``, line by line; unknown lines unchanged."""
+    if _checked(lang) == SOURCE:
+        return text
+    return "".join(translate_line(line, lang) if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def localise(text: str) -> str:
+    """Printed English from a lower layer (a benchmark's line) in the current language."""
+    return translate_output(text, language())

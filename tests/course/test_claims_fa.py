@@ -1,0 +1,333 @@
+"""Claims in Persian: every claim sentence of the notebooks has a current translation, a claim
+printed in Persian has no English prose, a stored English claim line translates to exactly what a
+Persian run prints, English output is unchanged, and the Persian notebooks set the language and
+carry translated stored outputs. Each property has a negative control that must fail."""
+import json
+import re
+import string
+
+import nbformat
+import polib
+import pytest
+
+from lessonlib.course import claim_catalogue, claims, messages, notes, persian
+from lessonlib.course.claims import Interval, claim, order
+
+ROOT = claim_catalogue.ROOT
+ENGLISH_RUN = re.compile(r"\b[a-z]+(?: [a-z]+){2,}\b")  # three or more lowercase English words in a row
+PERSIAN = re.compile("[\u0600-\u06ff]")
+
+
+@pytest.fixture(autouse=True)
+def english_afterwards():
+    """Every test starts and ends in English (the language is one process-wide setting)."""
+    messages.use("en")
+    yield
+    messages.use("en")
+
+
+def _templates() -> list[str]:
+    found, _ = claim_catalogue.scan(ROOT)
+    return [text for (context, text) in found
+            if context is None and text not in (claims.SAYS_HOLDS, claims.SAYS_FAILS, claims.MEASURED)]
+
+
+def _values(template: str, mixed: bool) -> dict:
+    """Values for every placeholder, of the type its format spec needs; distinct, so a mis-split
+    line cannot translate back to the same text. ``mixed``: intervals (a comma inside brackets)
+    and names with spaces where the notebooks pass them, else plain numbers only."""
+    values: dict = {}
+    for i, (_, name, spec, _) in enumerate(string.Formatter().parse(template)):
+        if name is None or name in values:
+            continue
+        if name == "word":
+            values[name] = "overlaps"
+        elif mixed and i % 2 and (not spec or spec in (".2f", ".3f")):  # "{here:.2f}" formats an Interval
+            values[name] = Interval(1.5 + i, 1.25 + i, 1.75 + i, "×")
+        elif spec and spec[-1] in "fge%":
+            values[name] = 1.25 + i / 7
+        elif spec:  # "," or "d"
+            values[name] = 10_000 + i
+        else:
+            values[name] = f"EAGLE-3 tree 2-1-{i}" if mixed else 7 + i
+    return values
+
+
+def _line(template: str, holds: bool, lang: str, values: dict) -> str:
+    messages.use(lang)
+    try:
+        return claim(template, holds, show=False, **values).text
+    finally:
+        messages.use("en")
+
+
+# --- the catalogue covers every claim ----------------------------------------------------------
+
+def test_every_claim_of_the_notebooks_has_a_current_faithful_persian_entry():
+    """No claim sentence that is not a literal, the catalogue in step with the notebooks, every
+    entry translated with the English placeholders, numbers and identifiers, no obsolete left."""
+    problems = claim_catalogue.problems(ROOT)
+    assert not problems, "fix the notebook or the catalogue, then run " + claim_catalogue.COMMAND + ":\n" + \
+        "\n".join(problems)
+    assert len(_templates()) >= 100  # the scan really sees the notebooks' claims
+
+
+def _course(tmp_path, *sources):
+    """A tiny course: notebooks/00_start_here.ipynb with one code cell per source."""
+    for folder in ("notebooks", "solutions"):
+        (tmp_path / folder).mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source, id=f"c{i}") for i, source in enumerate(sources)]
+    nbformat.write(nb, tmp_path / "notebooks" / "00_start_here.ipynb")
+    return tmp_path
+
+
+def _translate(root, **persian_by_english):
+    path = claim_catalogue.path(root)
+    po = polib.pofile(str(path), wrapwidth=0)
+    for entry in po:
+        if entry.msgid in persian_by_english:
+            entry.msgstr = persian_by_english[entry.msgid]
+    path.write_text(str(po), encoding="utf-8")
+
+
+def test_extract_merges_like_the_notebook_catalogues_and_problems_name_each_gap(tmp_path):
+    root = _course(tmp_path, 'claim("{n} of {m} agree", True, n=1, m=2)')
+    changes, errors = claim_catalogue.extract(root)
+    assert errors == [] and changes == [f"new catalogue with {4 + len(claims.ORDER_WORDS)} entries"]
+    po = polib.pofile(str(claim_catalogue.path(root)))
+    assert [(e.msgctxt, e.msgid) for e in po][:4] == [(None, "{n} of {m} agree"), (None, claims.SAYS_HOLDS),
+                                                      (None, claims.SAYS_FAILS), (None, claims.MEASURED)]
+    assert po[0].occurrences == [("notebooks/00_start_here.ipynb#c0", "")]
+    assert claim_catalogue.extract(root) == ([], [])  # a second run: nothing to do
+    assert "untranslated: '{n} of {m} agree'" in claim_catalogue.problems(root)  # negative control
+    _translate(root, **{"{n} of {m} agree": "{n} از {m} موافق‌اند", claims.SAYS_HOLDS: "— برقرار",
+                        claims.SAYS_FAILS: "— برقرار نیست", claims.MEASURED: "— برقرار نیست: {measured}",
+                        **{w: "واژه" for w in claims.ORDER_WORDS}})
+    assert claim_catalogue.problems(root) == []
+    # the English changes: a new, empty entry; the translation of the old one kept as obsolete,
+    # never carried over (no flag to delete), and the check fails until it is translated again
+    nb = nbformat.read(root / "notebooks" / "00_start_here.ipynb", as_version=4)
+    nb.cells[0].source = 'claim("{n} of {m} agree, edited", True, n=1, m=2)'
+    nbformat.write(nb, root / "notebooks" / "00_start_here.ipynb")
+    changes, _ = claim_catalogue.extract(root)
+    assert changes == ["new: '{n} of {m} agree, edited'",
+                       "obsolete (no notebook uses it, translation kept): '{n} of {m} agree'"]
+    po = polib.pofile(str(claim_catalogue.path(root)))
+    assert po.find("{n} of {m} agree, edited").msgstr == ""
+    assert po.find("{n} of {m} agree", include_obsolete_entries=True).obsolete
+    found = claim_catalogue.problems(root)
+    assert "untranslated: '{n} of {m} agree, edited'" in found and "obsolete: '{n} of {m} agree'" in found
+    nb.cells[0].source = 'claim("{n} of {m} agree", True, n=1, m=2)'  # the edit is undone: revived
+    nbformat.write(nb, root / "notebooks" / "00_start_here.ipynb")
+    assert claim_catalogue.extract(root)[0] == [
+        "revived: '{n} of {m} agree'", "removed (no notebook uses it, had no translation): '{n} of {m} agree, edited'"]
+
+
+@pytest.mark.parametrize("persian, fault", [
+    ("{n} از {m} در سطح 1e-3 با verify_chain موافق‌اند", None),
+    ("{n} از {m} در سطح 1e-3 با verify_chain و 0.02 موافق‌اند", None),  # an added number is fine
+    ("{n} در سطح 1e-3 با verify_chain موافق‌اند", "placeholders"),  # a dropped placeholder
+    ("{n:.2f} از {m} در سطح 1e-3 با verify_chain موافق‌اند", "placeholders"),  # another format
+    ("{n} از {m} در سطح 1e-3 با verify_chain {x!r}", "placeholders"),
+    ("{n} از {m} در سطح 1e-4 با verify_chain موافق‌اند", "numbers"),  # a changed number
+    ("{n} از {m} در سطح 1e-3 با verifychain موافق‌اند", "identifiers"),
+    ("{n} از {m} در سطح 1e-3 با verify_chain موافق هستند ي", "Arabic"),
+])
+def test_a_translation_must_carry_the_placeholders_numbers_and_identifiers(persian, fault):
+    found = claim_catalogue.faults("{n} of {m} agree at level 1e-3 with verify_chain", persian)
+    assert (found == []) if fault is None else any(fault in f for f in found), found
+
+
+def test_a_claim_whose_sentence_is_not_a_literal_is_an_error():
+    source = "\n".join([
+        "%matplotlib inline",
+        "!ls",
+        'claim("a " "b {x}", True, x=1)',  # implicitly concatenated: one literal
+        "claims.claim('c', True)",
+        "claim(sentence='d', holds=True)",
+        'claim(name + ": e", True)',
+        'claim(f"f {x}", True)',
+        "claim(text, True)",
+    ])
+    found, errors = claim_catalogue.sentences(source, "nb, cell c1")
+    assert found == ["a b {x}", "c", "d"]
+    assert [e.split(":")[0] for e in errors] == ["nb, cell c1, line 6", "nb, cell c1, line 7", "nb, cell c1, line 8"]
+    assert all("not a string literal" in e for e in errors)
+    assert claim_catalogue.sentences("def (:\n claim('x', True)", "nb") == ([], [])  # does not parse: skipped
+
+
+# --- what a Persian run prints --------------------------------------------------------------------
+
+def test_a_persian_claim_shows_no_english_prose_and_the_english_one_does():
+    with_runs = 0
+    for template in _templates():
+        values = _values(template, mixed=False)  # numbers only: any English run is the sentence's
+        for holds in (True, False):
+            fa = _line(template, holds, "fa", values)
+            assert not ENGLISH_RUN.search(fa), (template, fa)
+            assert PERSIAN.search(fa.split(" — ")[-1])  # the verdict too
+        with_runs += bool(ENGLISH_RUN.search(_line(template, True, "en", values)))
+    assert with_runs >= 0.9 * len(_templates())  # negative control: the English lines do have such runs
+
+
+def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
+    """The round trip the Persian build relies on, for every template, holding and failing, with
+    intervals and names as values (commas, spaces, brackets: what could mis-split a line)."""
+    for template in _templates():
+        values = _values(template, mixed=True)
+        for holds in (True, False):
+            en, fa = _line(template, holds, "en", values), _line(template, holds, "fa", values)
+            assert en != fa and messages.translate_output(en + "\n", "fa") == fa + "\n", template
+
+
+def test_an_interval_value_is_one_value_even_before_a_comma(monkeypatch):
+    """"({a2:.3f}, {a3:.3f})" with intervals: the English line has four ", "; only the one outside
+    the brackets separates the values. Negative control: a value pattern that may end inside
+    brackets (plain ".+?") splits the first interval and the round trip fails."""
+    template = ("at T = 2 and 3 the greedy draft's α while decoding ({a2:.3f}, {a3:.3f}) is below its "
+                "teacher-forced α ({t2:.3f}, {t3:.3f})")
+    values = {k: Interval(0.5 + i / 10, 0.4 + i / 10, 0.6 + i / 10) for i, k in enumerate(["a2", "a3", "t2", "t3"])}
+    en, fa = _line(template, True, "en", values), _line(template, True, "fa", values)
+    assert messages.translate_output(en, "fa") == fa
+    monkeypatch.setattr(messages, "_VALUE", ".+?")
+    messages._patterns.cache_clear()
+    try:
+        assert messages.translate_output(en, "fa") != fa
+    finally:
+        monkeypatch.undo()
+        messages._patterns.cache_clear()
+
+
+def test_english_claims_print_exactly_as_before():
+    """English is the default and prints the template with the values, then the English verdict."""
+    for template in _templates():
+        values = _values(template, mixed=True)
+        numbers = {k: v for k, v in values.items() if isinstance(v, (int, float, Interval))}
+        specs = {name: spec for _, name, spec, _ in string.Formatter().parse(template) if name}
+        measured = ", ".join(f"{k} = {v:{specs.get(k, '')}}" for k, v in (numbers or values).items())
+        fails = f"does not hold here: measured {measured}" if values else "does not hold here"
+        assert claim(template, True, show=False, **values).text == f"{template.format(**values)} — holds here"
+        assert claim(template, False, show=False, **values).text == f"{template.format(**values)} — {fails}"
+
+
+def test_order_words_are_translated_as_values_only():
+    a, b = Interval(1.6, 1.5, 1.7), Interval(1.3, 1.2, 1.4)
+    assert order(a, b) == "above"  # the code's value stays English
+    messages.use("fa")
+    assert messages.word("above") == "بالاتر" and messages.word("draft-kl") == "draft-kl" and messages.word(3) == 3
+    assert messages._("above") == "above"  # not a free-text template
+    line = "K = 3's bracket lies wholly above those of K = 1\n"  # a plain English print
+    assert messages.translate_output(line, "fa") == line  # stays English, as a re-run prints it
+
+
+def test_value_words_in_free_text_would_break_the_round_trip(monkeypatch):
+    """Negative control for the "value" context: were "above" a plain template, a plain English
+    print would come out half Persian in the stored output while a re-run prints it in English."""
+    plain = dict(messages.catalogue("fa"), above="بالاتر")
+    monkeypatch.setattr(messages, "catalogue", lambda lang, locale=None: plain if lang == "fa" else {})
+    messages._patterns.cache_clear()
+    try:  # a one-word template is not searched for in free text (messages.FREE_TEXT_WORDS) ...
+        assert messages.translate_output("speedup lies wholly above 1\n", "fa") == "speedup lies wholly above 1\n"
+        monkeypatch.setattr(messages, "FREE_TEXT_WORDS", 1)  # ... and without that rule it would be
+        messages._patterns.cache_clear()
+        assert "بالاتر" in messages.translate_output("speedup lies wholly above 1\n", "fa")
+    finally:
+        monkeypatch.undo()
+        messages._patterns.cache_clear()
+
+
+def test_a_verdict_is_translated_only_after_a_claims_sentence(monkeypatch):
+    """The skill module prints "(holds here)" inside its own English sentence: it stays English, as
+    a re-run prints it. Negative control: a verdict template without the dash would translate it."""
+    line = "at B >= 8 the measured speedup is below the model's (holds here); the measured r is below\n"
+    assert messages.translate_output(line, "fa") == line
+    plain = dict(messages.catalogue("fa"), **{claims.HOLDS: "در این اجرا برقرار است"})
+    monkeypatch.setattr(messages, "catalogue", lambda lang, locale=None: plain if lang == "fa" else {})
+    monkeypatch.setattr(messages, "FREE_TEXT_WORDS", 2)  # "holds here" is two words: searched for in free text
+    messages._patterns.cache_clear()
+    try:
+        assert messages.translate_output(line, "fa") != line
+    finally:
+        monkeypatch.undo()
+        messages._patterns.cache_clear()
+
+
+def test_a_persian_claim_keeps_the_english_template_and_falls_back_on_a_broken_translation(monkeypatch):
+    messages.use("fa")
+    c = claim("the best K grows with α: {k5} at α = 0.5, {k9} at α = 0.9", True, show=False, k5=3, k9=4)
+    assert c.sentence == "the best K grows with α: {k5} at α = 0.5, {k9} at α = 0.9" and PERSIAN.search(c.text)
+    monkeypatch.setattr(messages, "_", lambda english, lang=None: "{k5} {other}" if "{" in english else english)
+    c = claim("the best K grows with α: {k5} at α = 0.5, {k9} at α = 0.9", True, show=False, k5=3, k9=4)
+    assert c.text == "the best K grows with α: 3 at α = 0.5, 4 at α = 0.9 — holds here"
+
+
+# --- the Persian notebooks --------------------------------------------------------------------------
+
+def _cells(text: str) -> list[dict]:
+    return json.loads(text)["cells"]
+
+
+def _stdout(cell: dict) -> list[str]:
+    return ["".join(o["text"]) for o in cell.get("outputs", []) if o.get("name") == "stdout"]
+
+
+def _is_claim(line: str) -> bool:
+    return f" — {claims.HOLDS}" in line or f" — {claims.FAILS}" in line
+
+
+def test_every_persian_notebook_sets_the_language_first_and_shows_its_stored_claims_in_persian():
+    """On the built notebooks (tests/course/test_translate.py checks they are up to date): the
+    language cell is the first code cell of all eleven, the other code cells are the English ones,
+    and every stored English claim line is, in the Persian notebook, its Persian translation."""
+    english = persian.english_notebooks(ROOT)
+    built = [persian.persian_path(e) for e in english]
+    built += [persian.persian_path(e, "exercises") for e in english if e.parent.name == "solutions"]
+    assert len(built) == 11
+    for path in built:
+        cells = _cells(path.read_text(encoding="utf-8"))
+        language = [i for i, c in enumerate(cells) if persian.is_language_cell(c)]
+        first_code = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+        assert language == [first_code], path
+        assert 'messages.use("fa")' in "".join(cells[first_code]["source"]) and not cells[first_code]["outputs"]
+    checked = 0
+    for path in english:
+        en = [c for c in _cells(path.read_text(encoding="utf-8")) if c["cell_type"] == "code"]
+        fa = [c for c in _cells(persian.persian_path(path).read_text(encoding="utf-8"))
+              if c["cell_type"] == "code" and not persian.is_language_cell(c)]
+        assert [c["source"] for c in fa] == [c["source"] for c in en], path
+        for a, b in zip(en, fa):
+            for line, shown in zip("".join(_stdout(a)).splitlines(), "".join(_stdout(b)).splitlines()):
+                if _is_claim(line):
+                    assert shown == messages.translate_line(line, "fa") and not _is_claim(shown), (path, shown)
+                    checked += 1
+    assert checked >= 100  # the notebooks' stored claims were really compared
+
+
+def test_translate_outputs_turns_stored_claims_persian_and_leaves_the_rest():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("...", id="c")
+    line = "the best K grows with α: 3 at α = 0.5, 5 at α = 0.9 — holds here"
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{line}\nK = 3: 0.050\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text=f"{line}\n")]
+    nb.cells = [cell]
+    persian.translate_outputs(nb)
+    stdout, stderr = cell.outputs[0].text.splitlines(), cell.outputs[1].text
+    assert stdout[0] == "بهترین K با α بزرگ می‌شود: 3 در α = 0.5 و 5 در α = 0.9 — در این اجرا برقرار است"
+    assert stdout[1] == "K = 3: 0.050" and stderr == f"{line}\n"  # other lines and stderr as they were
+    assert _is_claim(line) and not _is_claim(stdout[0])  # negative control: the English line is caught
+
+
+def test_with_language_cell_refuses_a_second_one_and_an_exercise_keeps_its_outputs_line():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# t", id="m"), nbformat.v4.new_code_cell("x = 1", id="c")]
+    persian.with_language_cell(nb)
+    assert [c.id for c in nb.cells] == ["m", persian.LANGUAGE_ID, "c"]
+    with pytest.raises(ValueError, match="already has a 'language' cell"):
+        persian.with_language_cell(nb)
+    assert [c.id for c in persian.without_language_cell(nb).cells] == ["m", "c"]
+
+
+def test_the_instructor_notes_still_read_the_english_claims():
+    lines = notes.claim_lines(ROOT / notes.NOTEBOOKS["01_exact_rule"])
+    assert lines and all(line.endswith((claims.HOLDS,)) or claims.FAILS in line for line in lines)
