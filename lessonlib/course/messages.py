@@ -27,6 +27,7 @@ import os
 import pathlib
 import re
 import string
+from typing import NamedTuple
 
 import polib
 
@@ -153,60 +154,61 @@ _VALUE = r"""(?:(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)"[^"\n]*"(?!\w)|\[[^\[\]\n]*\]|[^\
 _LAST_VALUE = r"(?:[^\[\]\n—]|(?<! )—|\[[^\[\]\n]*\])+?"  # no " —" inside (a lookahead per character is slow)
 
 
-@functools.lru_cache(maxsize=None)
-def _patterns(lang: str) -> list[tuple[re.Pattern, str]]:
-    """Each translated template as a regex over its English rendering, longest template first."""
-    compiled = []
-    for english, translated in catalogue(lang).items():
-        pieces = list(string.Formatter().parse(english))
-        parts = [r"(?<!\w)"]  # a template matches whole words only ("above" not in "aboveground")
-        for i, (literal, name, _, _) in enumerate(pieces):
-            parts.append(re.escape(literal))
-            if name is None:
-                continue
-            if f"(?P<{name}>" in "".join(parts):
-                parts.append(f"(?P={name})")
-            elif i == len(pieces) - 1 or not pieces[i + 1][0]:  # nothing after it: up to " — " or the end
-                parts.append(f"(?P<{name}>{_LAST_VALUE})(?= — |$)")
-            else:
-                parts.append(f"(?P<{name}>{_VALUE})")
-        parts.append(r"(?!\w)")
-        pattern = re.compile("".join(parts))
-        _KEY[pattern] = _key(pattern, english)
-        compiled.append((pattern, translated))
-    compiled.sort(key=lambda pair: -len(pair[0].pattern))
-    return compiled
+class _Template(NamedTuple):
+    """One translated template, ready to match its English rendering."""
+
+    pattern: re.Pattern  # the English rendering, placeholders as named groups
+    translated: str  # the template in the language
+    key: str  # its longest literal piece: a cheap substring test before the regex
+    free: bool  # may be found inside a longer line (``_free_text``)
 
 
-_KEY: dict[re.Pattern, str] = {}  # pattern -> its template's longest literal piece (a cheap test before the regex)
+class _Table(NamedTuple):
+    by_length: list[_Template]  # longest pattern first
+    by_words: list[_Template]  # most literal words first: "{case}: path" over "{act} accepted {n}"
+    searchable: list[_Template]  # those ``translate_line`` may find inside free text, longest first
+
+
 FREE_TEXT_WORDS = 3  # a template shorter than this many words is translated only as a whole line or value
 
 
-def _key(pattern: re.Pattern, english: str) -> str:
-    pieces = [literal.strip() for literal, _, _, _ in string.Formatter().parse(english)]
-    return max(pieces, key=len, default="")
-
-
-def _free_text(english: str) -> bool:
-    """May ``english`` be found inside a longer line? Yes for ``FREE_TEXT_WORDS`` words or more, and for
-    a claim's verdict ("— holds here"), which the dash sets apart."""
-    words = sum(len(re.findall(r"[A-Za-z]{2,}", literal)) for literal, _, _, _ in string.Formatter().parse(english))
+def _free_text(english: str, words: int) -> bool:
+    """May ``english`` be found inside a longer line? Yes for ``FREE_TEXT_WORDS`` words or more (a short
+    case name such as "token {i}" or a label such as "best K" would also match English that a re-run
+    prints untranslated), and for a claim's verdict ("— holds here"), which the dash sets apart."""
     return words >= FREE_TEXT_WORDS or english.startswith("— ")
 
 
-_SEARCHABLE: dict[str, tuple[list, list]] = {}  # lang -> (the _patterns list it was made from, the searchable ones)
+def _compile(english: str) -> re.Pattern:
+    """The regex of ``english``'s rendering: each placeholder a named group (a repeated one a backreference)."""
+    pieces = list(string.Formatter().parse(english))
+    parts = [r"(?<!\w)"]  # a template matches whole words only ("above" not in "aboveground")
+    for i, (literal, name, _, _) in enumerate(pieces):
+        parts.append(re.escape(literal))
+        if name is None:
+            continue
+        if f"(?P<{name}>" in "".join(parts):
+            parts.append(f"(?P={name})")
+        elif i == len(pieces) - 1 or not pieces[i + 1][0]:  # nothing after it: up to " — " or the end
+            parts.append(f"(?P<{name}>{_LAST_VALUE})(?= — |$)")
+        else:
+            parts.append(f"(?P<{name}>{_VALUE})")
+    parts.append(r"(?!\w)")
+    return re.compile("".join(parts))
 
 
-def _searchable(lang: str) -> list[tuple[re.Pattern, str, str]]:
-    """The templates ``translate_line`` may find inside free text: those of at least ``FREE_TEXT_WORDS``
-    words (a short case name such as "token {i}" or a label such as "best K" would also match English
-    that a re-run prints untranslated), each with its longest literal piece."""
-    patterns = _patterns(lang)
-    if lang not in _SEARCHABLE or _SEARCHABLE[lang][0] is not patterns:  # rebuilt after _patterns.cache_clear()
-        english_of = {translated: english for english, translated in catalogue(lang).items()}
-        _SEARCHABLE[lang] = (patterns, [(p, t, _KEY.get(p, "")) for p, t in patterns
-                                        if _free_text(english_of.get(t, ""))])
-    return _SEARCHABLE[lang][1]
+@functools.lru_cache(maxsize=None)
+def _patterns(lang: str) -> _Table:
+    """Every translated template of ``lang``, compiled, in the three orders the matching uses."""
+    templates = []
+    for english, translated in catalogue(lang).items():
+        literals = [literal for literal, _, _, _ in string.Formatter().parse(english)]
+        words = sum(len(re.findall(r"[A-Za-z]{2,}", literal)) for literal in literals)
+        templates.append(_Template(_compile(english), translated, max((x.strip() for x in literals), key=len),
+                                   _free_text(english, words)))
+    by_length = sorted(templates, key=lambda t: -len(t.pattern.pattern))
+    literal = lambda t: len(t.pattern.pattern.replace(_LAST_VALUE, "").replace(_VALUE, ""))  # noqa: E731
+    return _Table(by_length, sorted(by_length, key=lambda t: -literal(t)), [t for t in by_length if t.free])
 
 
 def _fill(template: str, found: dict[str, str]) -> str:
@@ -241,19 +243,6 @@ def _split_list(text: str) -> list[str]:
     return items + [text[start:]]
 
 
-_ORDER: dict[str, tuple[list, list]] = {}  # lang -> (the _patterns list it was made from, that list reordered)
-
-
-def _by_words(lang: str) -> list[tuple[re.Pattern, str]]:
-    """``_patterns(lang)``, the template with the most literal text first: of two templates that render
-    a whole text, the one with more words is the better reading ("{case}: path" over "{act} accepted {n}")."""
-    patterns = _patterns(lang)
-    if lang not in _ORDER or _ORDER[lang][0] is not patterns:  # rebuilt after _patterns.cache_clear()
-        literal = lambda p: len(p.pattern.replace(_LAST_VALUE, "").replace(_VALUE, ""))  # noqa: E731
-        _ORDER[lang] = (patterns, sorted(patterns, key=lambda pair: -literal(pair[0])))
-    return _ORDER[lang][1]
-
-
 def _whole_line(text: str, lang: str, value: bool) -> str | None:
     """``text`` in ``lang`` if one template renders all of it, else None. A line is matched only by a
     template that begins with words (a check's "✓ exercise 1a: {verified}", "  hint: {hint}"; one that
@@ -272,8 +261,8 @@ def _whole_line(text: str, lang: str, value: bool) -> str | None:
         if None not in done:
             return "; ".join(done) + text[len(full):]  # type: ignore[arg-type]
     indent = full[:len(full) - len(full.lstrip(" "))]  # the indent of a ✓ line's later items stays as it is
-    for pattern, translated in _by_words(_checked(lang)):
-        if _KEY.get(pattern, "") not in full or (not value and pattern.pattern.startswith(r"(?<!\w)(?P<")):
+    for pattern, translated, key, _ in _patterns(_checked(lang)).by_words:
+        if key not in full or (not value and pattern.pattern.startswith(r"(?<!\w)(?P<")):
             continue
         for head, body in (("", full), (indent, full[len(indent):])) if indent else (("", full),):
             match = pattern.fullmatch(body)
@@ -294,7 +283,7 @@ def translate_line(line: str, lang: str) -> str:
     whole = _whole_line(line, lang, False)
     if whole is not None:
         return whole
-    for pattern, translated, key in _searchable(_checked(lang)):
+    for pattern, translated, key, _ in _patterns(_checked(lang)).searchable:
         if key not in line:
             continue
         match = pattern.search(line)
