@@ -197,6 +197,23 @@ def chromium_browser():
 
 # --- page-side scripts (run in JupyterLab through window.jupyterapp) -----------------------
 
+def _retained(fn_js: str) -> str:
+    """Wrap an async page script so that window holds its promise until it settles.
+
+    Chromium's inspector tracks the promise page.evaluate awaits through a weak handle; when
+    nothing in the page retains it, V8 may collect it mid-wait and Playwright fails with
+    "Resulting promise was garbage collected" (CI, exercises/fa/01, 2026-12-03). A strong
+    reference from window closes that whole class, not one script.
+    """
+    return f"""(arg) => {{
+  const keep = window.__courseKeep || (window.__courseKeep = new Set());
+  const p = ({fn_js})(arg);
+  keep.add(p);
+  p.then(() => keep.delete(p), () => keep.delete(p));
+  return p;
+}}"""
+
+
 # Installed once per page: every wait inside the page is bounded, so page.evaluate always returns.
 _WITHIN_JS = """() => {
   window.__courseWithin = (promise, ms) =>
@@ -229,6 +246,7 @@ _OPEN_JS = """async ([path, timeoutMs]) => {
     kernel: w.sessionContext.session?.kernel?.name || null,
   };
 }"""
+_OPEN_JS = _retained(_OPEN_JS)
 
 _RUN_ALL_JS = """async (timeoutMs) => {
   const app = window.jupyterapp, w = window.__courseNotebook;
@@ -241,6 +259,7 @@ _RUN_ALL_JS = """async (timeoutMs) => {
     await sleep(100);
   return {result, status: w.sessionContext.session?.kernel?.status || null};
 }"""
+_RUN_ALL_JS = _retained(_RUN_ALL_JS)
 
 # One entry per cell: what the model holds (authoritative for errors) and what the DOM shows.
 _REPORT_JS = """() => {
@@ -299,6 +318,7 @@ _DRIVEN_JS = """async (index) => {
   }
   return lines.join('\\n');
 }"""
+_DRIVEN_JS = _retained(_DRIVEN_JS)
 
 _READOUT_JS = """(index) => {
   const n = window.__courseNotebook.content.widgets[index].node.querySelector('.widget-slider');
@@ -314,6 +334,7 @@ _CLOSE_JS = """async (timeoutMs) => {
   w.dispose();
   window.__courseNotebook = null;
 }"""
+_CLOSE_JS = _retained(_CLOSE_JS)
 
 # True when the kernel is idle and every image in the cell finished loading.
 _QUIET_JS = """(index) => {
@@ -327,12 +348,14 @@ _DECODED_JS = """async () => {
   const imgs = [...window.__courseNotebook.content.node.querySelectorAll('img')];
   await window.__courseWithin(Promise.all(imgs.map(i => i.decode().catch(() => null))), 10000);
 }"""
+_DECODED_JS = _retained(_DECODED_JS)
 
 # Once the layout is restored, hide the file browser: screenshots show the notebook.
 _TIDY_JS = """async () => {
   await window.jupyterapp.restored;
   window.jupyterapp.shell.collapseLeft();
 }"""
+_TIDY_JS = _retained(_TIDY_JS)
 
 _SCROLL_JS = """(index) => {
   window.__courseNotebook.content.widgets[index].node.scrollIntoView({block: 'start'});
@@ -446,3 +469,8 @@ def close_notebook(page) -> None:
         page.keyboard.press("Escape")
         page.wait_for_timeout(200)
     page.evaluate(_CLOSE_JS, 30_000)
+
+
+# every async page script goes through _retained (see there); a new one that does not fails here
+assert not [k for k, v in list(globals().items()) if k.endswith("_JS") and isinstance(v, str)
+            and v.lstrip().startswith("async")], "wrap async page scripts in _retained"

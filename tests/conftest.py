@@ -20,7 +20,9 @@ changed paths listed. That covers every test and every notebook nbval executes (
 writes the skill file: when its cells ran and passed, the run also checks that the file and
 ``benchmarks/temperature.json`` did arrive in the temporary folder). Outside a git checkout
 (or without git), or with ``LESSONLIB_OUTPUTS`` inside the repository, the check is skipped.
-``tests/test_layout.py`` runs a small session in a throwaway repository to show it fails."""
+``tests/test_layout.py`` runs a small session in a throwaway repository to show it fails, in one
+process and under pytest-xdist (the suite runs on two workers: the controller, which sees every
+worker's reports, makes both end-of-session checks; a worker makes neither)."""
 import atexit
 import os
 import pathlib
@@ -42,6 +44,9 @@ REPO = HERE.parent
 WRITER = "solutions/05_high_temperature.ipynb"  # the notebook that writes files
 WRITTEN = ("benchmarks/temperature.json", "skill-speculative-tuning.md")
 _SESSION = {"before": None, "writer_cells": set(), "writer_passed": set()}
+# pytest-xdist (pyproject.toml: -n 2): the workers run the tests and report to the controller,
+# which checks the working tree and the writer's files once, after every worker has finished.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 # The test folders are packages (tests/__init__.py and one in each subfolder), so two test files
 # of the same name in different folders do not clash: tests/core/test_tree.py is tests.core.test_tree.
@@ -85,12 +90,15 @@ def refreshing_shipped_outputs() -> bool:
 
 
 def pytest_sessionstart(session):
-    _SESSION["before"] = None if refreshing_shipped_outputs() else git_status()
+    _SESSION["before"] = None if refreshing_shipped_outputs() or WORKER else git_status()
 
 
 def pytest_runtest_logreport(report):
-    if report.when == "call" and report.passed and report.nodeid.startswith(WRITER + "::"):
-        _SESSION["writer_passed"].add(report.nodeid)
+    # the controller does not collect: it learns the writer's cells from the workers' reports
+    if report.nodeid.startswith(WRITER + "::"):
+        _SESSION["writer_cells"].add(report.nodeid)
+        if report.when == "call" and report.passed:
+            _SESSION["writer_passed"].add(report.nodeid)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -103,7 +111,7 @@ def pytest_sessionfinish(session, exitstatus):
                             + "\n  ".join(changed))
     outputs = pathlib.Path(os.environ["LESSONLIB_OUTPUTS"]).resolve()
     whole_writer_ran = _SESSION["writer_cells"] and _SESSION["writer_passed"] == _SESSION["writer_cells"]
-    if whole_writer_ran and not refreshing_shipped_outputs():
+    if whole_writer_ran and not refreshing_shipped_outputs() and not WORKER:
         missing = [name for name in WRITTEN if not (outputs / name).exists()]
         if missing:
             problems.append(f"{WRITER} ran but wrote no {missing} under LESSONLIB_OUTPUTS = {outputs}")

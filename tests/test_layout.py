@@ -130,10 +130,12 @@ def test_modules_and_functions_stay_short(path):
     assert not long, f"{dotted(path)}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
 
 
-@pytest.mark.parametrize("stray", [False, True])
-def test_a_test_run_that_changes_the_working_tree_fails(tmp_path, stray):
+@pytest.mark.parametrize("stray, workers", [(False, 0), (True, 0), (True, 2)])
+def test_a_test_run_that_changes_the_working_tree_fails(tmp_path, stray, workers):
     """tests/conftest.py compares `git status` at the start and the end of a session: run a small
-    session with it in a throwaway repository, once with a test that leaves a file behind."""
+    session with it in a throwaway repository, once with a test that leaves a file behind, and
+    once more so under pytest-xdist's two workers (the suite's own setting), where the controller,
+    not a worker, must catch it."""
     import shutil
 
     if shutil.which("git") is None:
@@ -145,9 +147,11 @@ def test_a_test_run_that_changes_the_working_tree_fails(tmp_path, stray):
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
         subprocess.run(git + args, cwd=tmp_path, check=True, capture_output=True)
-    env = {k: v for k, v in __import__("os").environ.items() if k != "LESSONLIB_OUTPUTS"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "-p", "no:nbval"],
-                         cwd=tmp_path, capture_output=True, text=True, env=env)
+    # this test may itself run in an xdist worker: the session it starts is a fresh one
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k != "LESSONLIB_OUTPUTS" and not k.startswith("PYTEST_XDIST")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "-p", "no:nbval",
+                          "-n", str(workers)], cwd=tmp_path, capture_output=True, text=True, env=env)
     if stray:
         assert run.returncode == 1 and "1 passed" in run.stdout, run.stdout + run.stderr
         assert "changed the working tree" in run.stdout and "?? stray.txt" in run.stdout

@@ -124,6 +124,60 @@ def scan(root: pathlib.Path = ROOT) -> tuple[dict[tuple[str | None, str], list[t
     return found, errors
 
 
+# --- printed English that no catalogue can reach ------------------------------------------------
+
+# three English words in a row (a word: two letters or more)
+ENGLISH_RUN = re.compile(r"(?<![\w{])[A-Za-z][A-Za-z'-]+(?:[ ,:;()/=-]+[A-Za-z][A-Za-z'-]+){2,}")
+TRANSLATING = SENTENCE_CALLS + ("_", "localise", "translated")  # calls whose text the catalogues translate
+
+
+def _literal_text(node: ast.AST) -> str:
+    """The literal text of a string or f-string, each placeholder as "{}" (a word run stops there)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else " {} " for v in node.values)
+    return ""
+
+
+def raw_prints(source: str) -> list[tuple[int, str]]:
+    """(line, English) of every run of three or more English words that a ``print(...)`` in one code
+    cell shows from a literal outside ``say`` / ``claim`` / ``_`` / ``localise``: text a Persian
+    notebook would show in English (a cell that does not parse: nothing)."""
+    try:
+        tree = ast.parse(_python(source))
+    except SyntaxError:
+        return []
+    found = []
+
+    def visit(node: ast.AST, in_print: bool) -> None:
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in TRANSLATING:
+                return
+            in_print = in_print or name == "print"
+        if in_print and isinstance(node, (ast.Constant, ast.JoinedStr)):
+            found.extend((node.lineno, run) for run in ENGLISH_RUN.findall(_literal_text(node)))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_print)
+    visit(tree, False)
+    return found
+
+
+def untranslatable(root: pathlib.Path = ROOT) -> dict[str, list[str]]:
+    """{notebook: ["cell id, line n: English", ...]} of ``raw_prints`` over the English notebooks."""
+    root = pathlib.Path(root)
+    out: dict[str, list[str]] = {}
+    for notebook in english_notebooks(root):
+        rel = notebook.relative_to(root).as_posix()
+        for index, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
+            if cell.cell_type == "code":
+                cell_id = cell.get("id") or f"cell {index}"
+                out.setdefault(rel, []).extend(f"{cell_id}, line {n}: {text}" for n, text in raw_prints(cell.source))
+    return out
+
+
 # --- the catalogue -------------------------------------------------------------------------------
 
 def new_catalogue() -> polib.POFile:

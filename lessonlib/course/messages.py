@@ -211,6 +211,17 @@ def _patterns(lang: str) -> _Table:
     return _Table(by_length, sorted(by_length, key=lambda t: -literal(t)), [t for t in by_length if t.free])
 
 
+def _column(value: str, spec: str) -> str:
+    """A column's value ("{name:<36}", "{x:>42}", "{n:9}") laid out again for its translation: the
+    padding the English layout added is dropped, the rest kept, and the width applied to what is left.
+    Without an alignment character the English value's padding tells it (a number pads on the left)."""
+    align = spec[0] if spec[0] in "<>^" else (">" if value[:1].isspace() and not value[-1:].isspace() else "<")
+    width = spec.lstrip("<>^")
+    if align == "<":  # padding on the right; a leading indent is the value's own
+        return value[:len(value) - len(value.lstrip())] + format(value.strip(), "<" + width)
+    return format(value.strip(), align + width)
+
+
 def _fill(template: str, found: dict[str, str]) -> str:
     """``template`` with each placeholder replaced by the text found for it (already formatted)."""
     out = []
@@ -218,10 +229,7 @@ def _fill(template: str, found: dict[str, str]) -> str:
         out.append(literal)
         if name is None:
             continue
-        value = found[name]
-        if re.fullmatch(r"[<>^]?\d+", spec or ""):  # a column ("{name:<36}"): laid out again for the translation
-            value = value[:len(value) - len(value.lstrip())] + format(value.strip(), spec)
-        out.append(value)
+        out.append(_column(found[name], spec) if re.fullmatch(r"[<>^]?\d+", spec or "") else found[name])
     return "".join(out)
 
 

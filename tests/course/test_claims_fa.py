@@ -44,6 +44,8 @@ def _values(template: str, mixed: bool) -> dict:
             values[name] = "overlaps"
         elif mixed and i % 2 and (not spec or spec in (".2f", ".3f")):  # "{here:.2f}" formats an Interval
             values[name] = Interval(1.5 + i, 1.25 + i, 1.75 + i, "×")
+        elif spec and (spec[-1] == "s" or re.fullmatch(r"[<>^]?\d+", spec)):  # a column: "{name:<14}", "{x:>42s}"
+            values[name] = f"row-{i} label" if mixed else f"row{i}"
         elif spec and spec[-1] in "fge%":
             values[name] = 1.25 + i / 7
         elif spec:  # "," or "d"
@@ -331,3 +333,34 @@ def test_with_language_cell_refuses_a_second_one_and_an_exercise_keeps_its_outpu
 def test_the_instructor_notes_still_read_the_english_claims():
     lines = notes.claim_lines(ROOT / notes.NOTEBOOKS["01_exact_rule"])
     assert lines and all(line.endswith((claims.HOLDS,)) or claims.FAILS in line for line in lines)
+
+
+# ----------------------------------------------------------------------------- prints the catalogues cannot reach
+
+# Notebooks whose cells still print English sentences from plain literals (issue 33, not converted yet):
+# the count may only fall. A new English print anywhere fails; converting one fails until this drops.
+PENDING_RAW_PRINTS = {"solutions/02_speedup.ipynb": 24, "solutions/05_high_temperature.ipynb": 46}
+
+
+def test_no_notebook_prints_english_that_the_catalogues_cannot_translate():
+    """Every sentence a notebook cell prints goes through say() / claim() (claim_catalogue.raw_prints):
+    otherwise the Persian edition shows it in English, in a stored run and in a re-run alike."""
+    found = claim_catalogue.untranslatable()
+    counts = {nb: len(runs) for nb, runs in found.items() if runs}
+    for nb, runs in found.items():
+        pending = PENDING_RAW_PRINTS.get(nb, 0)
+        assert len(runs) <= pending, f"{nb}: English printed outside say()/claim():\n  " + "\n  ".join(runs)
+    assert counts == PENDING_RAW_PRINTS, f"fewer raw English prints than listed: set PENDING_RAW_PRINTS to {counts}"
+
+
+def test_negative_control_raw_prints_are_found_and_translated_ones_are_not():
+    found = claim_catalogue.raw_prints
+    assert [t for _, t in found('print(f"{n} tokens per target pass, K = {k}")')] == ["tokens per target pass"]
+    assert ([t for _, t in found('x = 1\nprint("the draft is " + "always wrong here")')]
+            == ["the draft is", "always wrong here"])
+    assert [t for _, t in found('print(", ".join(f"{k} beats the chain" for k in ks))')] == ["beats the chain"]
+    for translated in ('print(say("{n} tokens per target pass", n=n))', 'print(messages.localise(record.quoted()))',
+                       'print(f"{k:>2} {tau:.2f}  K  τ")', '_ = claim("the tree is faster than the chain", ok)',
+                       'label = "not printed at all, a plot title"', 'print(f"draft-kl K={k}")',
+                       '%timeit print("a b c d")'):
+        assert found(translated) == [], translated

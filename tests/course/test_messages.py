@@ -169,6 +169,22 @@ def test_translate_output_of_a_check_line():
     assert messages.translate_output(other, "fa") == other
 
 
+@pytest.mark.parametrize("spec, value", [(">12", 0.5), ("<12", "draft-kl"), ("12", 7), ("12", "draft-kl"),
+                                         ("^12", "ab")])
+def test_a_column_is_laid_out_once_for_its_translation(monkeypatch, spec, value):
+    """A placeholder padded to a width keeps that width in the translated line: the English padding is
+    dropped and the width applied once (a right-aligned column used to get its padding twice)."""
+    template = "rate of {name:%s} per pass" % spec
+    table = {template: "نرخ {name:%s} در هر گذر" % spec}
+    monkeypatch.setattr(messages, "catalogue", lambda lang, locale=messages.LOCALE: table)
+    messages._patterns.cache_clear()
+    try:
+        persian = ("نرخ {name:%s} در هر گذر" % spec).format(name=value)
+        assert messages.translate_line(template.format(name=value), "fa") == persian
+    finally:
+        messages._patterns.cache_clear()
+
+
 # ----------------------------------------------------------------------------- the catalogue is complete
 
 
