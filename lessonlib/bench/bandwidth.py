@@ -6,11 +6,11 @@ Measures this machine's read bandwidth with one thread (the fastest sum over a b
 of the target's weights, and over a 256 MB one that no cache holds), prints the forward bound
 (the target's weight bytes / bandwidth: a one-token step cannot be faster than reading every
 weight once) beside the measured one-token step and 6- and 16-token verify passes after 128
-cached tokens, for the readable packed GPT and the fast path (``models.fast``), the two
-models taking turns. Then plain and chain (draft-kl, K = 4; the readable unpacked draft beside
-the readable target, the fast one beside the fast target) greedy decoding with each, all
-four interleaved on held-out code prompts; the fast path's tokens must equal the readable
-model's. Writes bandwidth.{json,md}.
+cached tokens, for the readable packed GPT, the PyTorch fast path (``models.fast``) and the
+native forward (``models.native``, where it builds), the models taking turns. Then plain and
+chain (draft-kl, K = 4; the readable unpacked draft beside the readable target, the draft of the
+same path beside the others) greedy decoding with each, all interleaved on held-out code
+prompts; every path's tokens must equal the readable model's. Writes bandwidth.{json,md}.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from lessonlib.bench.common import machine, markdown_table, parse, parser, promp
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.timing import interleaved, pass_times
-from lessonlib.models import FastGPT, load
+from lessonlib.models import FastGPT, load, native
 
 SIZES = (1, 6, 16)  # new tokens per forward: a step, a K = 5 chain verify, a 16-node tree
 
@@ -75,19 +75,21 @@ def main(argv=None) -> int:
     cli.add_argument("--compile", action="store_true", help="also measure torch.compile of the fast block")
     cli.add_argument("--half", action="store_true", help="also measure float16 / bfloat16 weights")
     args = parse(cli, argv)
-    models = {"readable": load("target", "cpu", pack=True, fast=False), "fast": load("target", "cpu", pack=True)}
+    models, drafts = paths_models()
     weight_bytes = sum(p.numel() * p.element_size() for p in models["fast"].parameters()) \
         - models["fast"].wpe.weight.numel() * 4 + models["fast"].config.n_embd * 4  # one position row read
     bandwidth = {"weights-sized buffer": read_bandwidth(weight_bytes), "256 MB buffer": read_bandwidth(256 << 20)}
     steps = step_times(models)
-    drafts = {"readable": load("draft-kl", "cpu"), "fast": load("draft-kl", "cpu", pack=True)}
     rates = decode_rates(models, drafts, prompts("code", args.prompts, args.prompt_len),
                          args.new_tokens, args.repeats)
-    report = {"machine": machine(), "weight_bytes": weight_bytes,
+    native_bytes = models["native"].native.nbytes if "native" in models else None
+    report = {"machine": machine(), "weight_bytes": weight_bytes, "native_weight_bytes": native_bytes,
               "read_bandwidth_gb_s": {k: v / 1e9 for k, v in bandwidth.items()},
               "bound_ms": {k: 1e3 * weight_bytes / v for k, v in bandwidth.items()},
+              "native_bound_ms": {k: 1e3 * native_bytes / v for k, v in bandwidth.items()} if native_bytes else None,
               "forward_ms": {name: {n: 1e3 * s for n, s in by_n.items()} for name, by_n in steps.items()},
-              "fast_gain": {n: steps["readable"][n] / steps["fast"][n] for n in SIZES},
+              "gain": {name: {n: steps["readable"][n] / steps[name][n] for n in SIZES} for name in models
+                       if name != "readable"}, "native": native.status(),
               "tokens_per_second": rates, "prompts": args.prompts, "new_tokens": args.new_tokens,
               "cpu_half_instructions": cpu_half_flags()}
     if args.compile:
@@ -99,6 +101,19 @@ def main(argv=None) -> int:
     return 0
 
 
+def paths_models() -> tuple[dict, dict]:
+    """The target and draft-kl on each decode path: readable (the draft unpacked, as the loops
+    ran it before), fast (PyTorch, ``native.turned_off``) and native when it builds here."""
+    models = {"readable": load("target", "cpu", pack=True, fast=False)}
+    drafts = {"readable": load("draft-kl", "cpu")}
+    with native.turned_off():
+        models["fast"], drafts["fast"] = load("target", "cpu", pack=True), load("draft-kl", "cpu", pack=True)
+    target = load("target", "cpu", pack=True)
+    if target.native is not None:
+        models["native"], drafts["native"] = target, load("draft-kl", "cpu", pack=True)
+    return models, drafts
+
+
 def markdown(report: dict) -> str:
     bound = "; ".join(f"{v:.2f} ms at {report['read_bandwidth_gb_s'][k]:.1f} GB/s ({k})"
                       for k, v in report["bound_ms"].items())
@@ -107,11 +122,19 @@ def markdown(report: dict) -> str:
     rates = markdown_table(["run", "tokens/s or speedup (median [IQR])"],
                            [[name, measures.fmt_spread(s, 2 if "speedup" in name else 0, count=False)]
                             for name, s in report["tokens_per_second"].items()])
-    gain = ", ".join(f"{g:.2f}x ({n} new)" for n, g in report["fast_gain"].items())
+    gains = report.get("gain") or {"fast": report["fast_gain"]}  # reports before the native path: fast only
+    gain = "; ".join(f"{name}: " + ", ".join(f"{g:.2f}x ({n} new)" for n, g in by_n.items())
+                     for name, by_n in gains.items())
+    native_bound = ""
+    if report.get("native_bound_ms"):
+        half = " (half-precision copies of the weights)" if "half" in report.get("native", "") else ""
+        native_bound = (f" The native forward reads {report['native_weight_bytes'] / 1e6:.1f} MB{half}: bound "
+                        + "; ".join(f"{v:.2f} ms ({k})" for k, v in report["native_bound_ms"].items()) + ".")
     return (f"# Forward against the memory-traffic bound\n\nTarget weights read per forward: "
-            f"{report['weight_bytes'] / 1e6:.1f} MB. Bound (weights / bandwidth): {bound}.\n\n"
+            f"{report['weight_bytes'] / 1e6:.1f} MB. Bound (weights / bandwidth): {bound}.{native_bound}\n\n"
             f"Fastest forward after 128 cached tokens, the models taking turns:\n\n{steps}\n\n"
-            f"Fast path's gain: {gain}.\n\n{report['prompts']} held-out code prompts x "
+            f"Gain over the readable path: {gain}. Native forward: {report.get('native', 'not measured')}.\n\n"
+            f"{report['prompts']} held-out code prompts x "
             f"{report['new_tokens']} new tokens, greedy, all runs interleaved (same tokens checked):\n\n"
             f"{rates}\n" + probes_markdown(report))
 

@@ -68,6 +68,21 @@ def _target_context() -> int:
 # which forward the benchmarks decode with (issue 27: the record says which path each row used)
 DECODE_PATH = ("fast: every model loaded with pack=True is a models.fast.FastGPT (target and drafts), and the "
                "EAGLE, EAGLE-3 and MTP draft steps run fast.head_block")
+NATIVE_PATH = ("native: every model loaded with pack=True is a models.fast.FastGPT whose batch-1 cached calls of "
+               "up to models.native.MAX_T tokens, and the EAGLE, EAGLE-3 and MTP draft steps, run models/native.c")
+
+
+def native_status() -> str:
+    from lessonlib.models import native
+
+    return native.status()
+
+
+def decode_path() -> str:
+    """``NATIVE_PATH`` where the native forward runs here (``models.native.status``), else ``DECODE_PATH``."""
+    from lessonlib.models import native
+
+    return NATIVE_PATH if native.enabled() and native.library() is not None else DECODE_PATH
 
 
 def machine() -> dict:
@@ -75,7 +90,7 @@ def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "thread_policy": threads.describe(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "backend": describe(), "decode_path": DECODE_PATH}
+            "backend": describe(), "decode_path": decode_path(), "native": native_status()}
 
 
 def prompts(corpus: str = "code", n: int = DEFAULTS["prompts"], length: int = DEFAULTS["prompt_len"]):

@@ -8,12 +8,14 @@ and llama.cpp on a GGUF file written by the course's own exporter (``models.gguf
 float32 and float16; ``peer_llama``). One run on one machine measures, on the same held-out code
 prompts, greedy, batch 1, at each thread count:
 
-* lessonlib (the fast path, ``models.fast``): plain decoding, chain speculative decoding with
-  draft-kl K = 3, and n-gram prompt lookup (``decoding.prompt_lookup``, through the tree loop);
+* lessonlib (its decode path: ``models.native`` where it builds, else ``models.fast``): plain
+  decoding, chain speculative decoding with draft-kl K = 3, the EAGLE-3 head's chain (K = 3),
+  and n-gram prompt lookup (``decoding.prompt_lookup``, through the tree loop) with k = 10 and 4;
 * Hugging Face: plain ``generate``, assisted generation with the same draft (K = 3, constant
   schedule, no confidence cut-off) and prompt lookup (``prompt_lookup_num_tokens``);
 * llama.cpp (llama-cpp-python): plain decoding of the f32 and f16 GGUF, its own prompt lookup
-  (``LlamaPromptLookupDecoding``) on f16, and the same draft-kl as a draft model (K = 3) on both.
+  (``LlamaPromptLookupDecoding``, 10 and 4 tokens) on f16, and the same draft-kl as a draft model
+  (K = 3) on both.
 
 For every prompt the methods take turns, ``--repeats`` rounds of all of them, each kept at its
 fastest round, so a load spike hits them alike. Every time is the whole call (prefill included)
@@ -27,6 +29,7 @@ checks the targets of issue 27. Engines that are not installed are left out and 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
 import tempfile
@@ -35,14 +38,19 @@ import time
 from lessonlib import cli, threads
 from lessonlib.bench import common, peer_hf, peer_limits, peer_llama
 from lessonlib.bench.peer_hf import hf_run, to_hf  # noqa: F401 (the peer test's names)
+from lessonlib.core import tree
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
+from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
+from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models import gguf_export, load
+from lessonlib.models.heads import load_head
 
 INSTALL = "pip install -r requirements-peers.txt"
 LOOKUP_TOKENS = 10  # Hugging Face's prompt_lookup_num_tokens, llama.cpp's num_pred_tokens, lessonlib's k
+SHORT_LOOKUP = 4  # a second lookup length for lessonlib and llama.cpp f16: on a CPU a verify over k + 1 grows with k
 K = 3  # draft length of every engine's draft-model row
 DTYPES = ("f32", "f16")
 
@@ -63,11 +71,12 @@ def _timed(fn, new_tokens):
 
 
 def prepare(folder: pathlib.Path) -> dict:
-    """The models every engine runs: lessonlib's fast target and draft, their Hugging Face copies
+    """The models every engine runs: lessonlib's target and draft on its decode path, their Hugging Face copies
     (when installed) and their GGUF files in ``folder`` (when llama.cpp is installed)."""
     have = installed()
     m: dict = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu", pack=True),
                "installed": have, "gguf": {}}
+    m["eagle3"] = load_head("eagle3", m["target"])
     if have["HF"]:
         m["target_hf"], m["draft_hf"] = to_hf(load("target", "cpu")), to_hf(load("draft-kl", "cpu"))
     if have["llama.cpp"]:
@@ -81,12 +90,17 @@ def prepare(folder: pathlib.Path) -> dict:
 def methods(m: dict, n_threads: int, new_tokens: int) -> dict:
     """name -> (engine, run(prompt) -> (tokens, stats)); each engine's plain comes first."""
     target, draft = m["target"], m["draft"]
+    chain_rule = functools.partial(tree.draft_topk, branching=(1,) * K)
     table = {
         "lessonlib plain": ("lessonlib", lambda p: _timed(lambda: generate(target, p, new_tokens), new_tokens)),
         f"lessonlib chain, draft-kl K = {K}": ("lessonlib", lambda p: _timed(
             lambda: speculative_generate(target, draft, p, K, new_tokens), new_tokens)),
         f"lessonlib prompt lookup (k = {LOOKUP_TOKENS})": ("lessonlib", lambda p: _timed(
             lambda: lookup_generate(target, p, new_tokens, k=LOOKUP_TOKENS), new_tokens)),
+        f"lessonlib prompt lookup (k = {SHORT_LOOKUP})": ("lessonlib", lambda p: _timed(
+            lambda: lookup_generate(target, p, new_tokens, k=SHORT_LOOKUP), new_tokens)),
+        f"lessonlib EAGLE-3 chain K = {K}": ("lessonlib", lambda p: _timed(lambda: tree_generate(
+            target, EagleDrafter(m["eagle3"], target), p, new_tokens, rule=chain_rule), new_tokens)),
     }
     if "target_hf" in m:
         assistant = peer_hf.hf_assistant(m["draft_hf"], K)
@@ -104,8 +118,9 @@ def methods(m: dict, n_threads: int, new_tokens: int) -> dict:
                    f"{engine} draft-kl K = {K}": peer_llama.engine(path, n_threads, n_ctx, draft=peer_llama.draft_model(
                        m["gguf"]["draft-kl", dtype], n_threads, n_ctx, K))}
         if dtype == "f16":
-            engines[f"{engine} prompt lookup (num_pred_tokens = {LOOKUP_TOKENS})"] = peer_llama.engine(
-                path, n_threads, n_ctx, draft=peer_llama.lookup(LOOKUP_TOKENS))
+            for k in (LOOKUP_TOKENS, SHORT_LOOKUP):
+                engines[f"{engine} prompt lookup (num_pred_tokens = {k})"] = peer_llama.engine(
+                    path, n_threads, n_ctx, draft=peer_llama.lookup(k))
         table |= {name: (engine, lambda p, llm=llm: peer_llama.run(llm, p, new_tokens))
                   for name, llm in engines.items()}
     return table

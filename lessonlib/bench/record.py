@@ -44,8 +44,8 @@ def _row(source, report, row, setting) -> dict:
 
 
 def _path(report) -> str:
-    """Which forward a report's rows decoded with: "fast" or "readable" when the report says so
-    (``common.DECODE_PATH``), else "not recorded" (reports written before it was recorded)."""
+    """Which forward a report's rows decoded with: "native", "fast" or "readable" when the report
+    says so (``common.decode_path``), else "not recorded" (reports written before it was recorded)."""
     machine = report.get("machine") or report.get("setup", {}).get("machine") or {}
     text = machine.get("decode_path", "") if isinstance(machine, dict) else ""
     return text.split(":")[0] if text else "not recorded"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lessonlib.models import native
 from lessonlib.models.gpt import GPT, Block, KVCache, one_block, prefix_mask
 
 # One block's weights, in the order ``_block`` reads them: ln_1 (w, b), qkv (W.T, b),
@@ -70,6 +71,7 @@ class FastGPT(GPT):
     parameters, same state dict, the same logits within float32 rounding (``tests/models/test_fast.py``)."""
 
     fast_layers: list[Layer] | None = None  # set by ``prepare``; None: prepared on the next fast call
+    native: native.Blocks | None = None  # the blocks and head for native.c, or None (``native.status()``)
 
     @classmethod
     def from_gpt(cls, model: GPT) -> "FastGPT":
@@ -91,17 +93,20 @@ class FastGPT(GPT):
 
         self.fast_layers = [gather(b) for b in self.blocks]
         self.head_t = self.wte.weight.detach().t().contiguous()  # (C, V): the tied LM head
+        self.native = native.prepare(list(self.blocks), (self.wte.weight, self.ln_f))
         self.check_ids = self.device.type != "cpu"  # a CUDA embedding does not raise on a bad id
         return self
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .double(), .cuda(): the gathered copies go stale
-        self.fast_layers = None
+        self.fast_layers = self.native = None
         return super()._apply(fn, *args, **kwargs)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (..., V) from final hidden states (..., C), as ``GPT.lm_head``."""
         if self.fast_layers is None or torch.is_grad_enabled() and hidden.requires_grad:
             return super().lm_head(hidden)
+        if self.native is not None and hidden.ndim == 2 and hidden.shape[0] <= native.MAX_T:
+            return self.native.logits(hidden)
         return F.layer_norm(hidden, self.ln_f.normalized_shape, self.ln_f.weight, self.ln_f.bias) @ self.head_t
 
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
@@ -120,15 +125,19 @@ class FastGPT(GPT):
         x = self._embed(idx[0], positions, start)  # (T, C)
         attn = cached_attn(mask, start, T, x)
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
-        kept: list[torch.Tensor] = []
-        for i, layer in enumerate(self.fast_layers):  # type: ignore[arg-type]
-            x = self._block(x, layer, cache.kv[i], start, attn)
-            if i in layers:
-                kept.append(x)
+        if self.native is not None and T <= native.MAX_T and cache.kv.is_contiguous():
+            fused = self.native.run(x, cache.kv, start, attn, layers)  # every block in one call, x in place
+        else:
+            kept: list[torch.Tensor] = []
+            for i, layer in enumerate(self.fast_layers):  # type: ignore[arg-type]
+                x = self._block(x, layer, cache.kv[i], start, attn)
+                if i in layers:
+                    kept.append(x)
+            fused = torch.cat(kept, -1) if layers else None
         cache.length = start + T
         logits = self.lm_head(x)[None]  # (1, T, V)
-        if layers:
-            return logits, torch.cat(kept, -1)[None]
+        if fused is not None:
+            return logits, fused[None]
         return (logits, x[None]) if return_hidden else logits
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor | None, start: int) -> torch.Tensor:
@@ -191,17 +200,21 @@ def block_step(x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int, attn
 
 def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
     """``gpt.one_block`` for a batch-1 call with a cache, inference only (what the EAGLE and MTP
-    drafters run on every draft step): the same numbers through ``block_step``. The gathered
-    weights are kept on the block, keyed by the weights' storage, so a moved or reloaded block
-    gathers again."""
-    key = (block.qkv.weight.data_ptr(), block.qkv.weight.dtype, block.qkv.weight.device)
+    drafters run on every draft step): the same numbers through ``native.c`` when it runs here
+    (up to ``native.MAX_T`` new tokens), else ``block_step``. The prepared weights are kept on the
+    block, keyed by the weights' storage, so a moved or reloaded block prepares again."""
+    key = (block.qkv.weight.data_ptr(), block.qkv.weight.dtype, block.qkv.weight.device, native.enabled())
     if getattr(block, "_fast_key", None) != key:
-        block._fast_layer, block._fast_key = gather(block), key
+        block._fast_layer, block._native, block._fast_key = gather(block), native.prepare([block]), key
     T, start = x.shape[1], cache.length
     if start + T > cache.capacity:
         raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
     attn = cached_attn(mask, start, T, x)
-    h = block_step(x[0], block._fast_layer, cache.kv[0], start, attn, block.n_head)
+    if block._native is not None and T <= native.MAX_T and x.dtype == torch.float32 and cache.kv.is_contiguous():
+        h = x[0].clone(memory_format=torch.contiguous_format)  # the C code updates its input in place
+        block._native.run(h, cache.kv, start, attn)
+    else:
+        h = block_step(x[0], block._fast_layer, cache.kv[0], start, attn, block.n_head)
     cache.length = start + T
     return h[None]
 

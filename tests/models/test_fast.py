@@ -2,7 +2,8 @@
 rounding over every kind of cached call (steps, verify blocks, tree masks and positions, fused
 features), the same greedy tokens through the plain, chain and tree loops on the shipped
 models, the KV-cache tests of test_gpt_kv_cache.py re-run on it, and the readable model's
-errors for bad input, with the cache untouched."""
+errors for bad input, with the cache untouched. Every test runs twice: with the native forward
+(``models.native``, the default where it builds) and with the PyTorch fast path."""
 import functools
 
 import numpy as np
@@ -14,7 +15,7 @@ from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models import GPT, FastGPT
+from lessonlib.models import GPT, FastGPT, native
 from lessonlib.models.data import heldout_prompts
 from loop_support import context_gpt
 from tests.models.test_gpt_kv_cache import assert_cache_is_prefill, updates_then_compare
@@ -22,10 +23,21 @@ from tests.models.test_gpt_kv_cache import assert_cache_is_prefill, updates_then
 ATOL = {torch.float32: 1e-4, torch.float64: 1e-9}  # the two paths differ by summation order only
 
 
-@pytest.fixture(scope="module")
-def pair():
-    """(readable, fast) shipped targets: the readable one packed as the loops ran it before."""
-    return models.load("target", "cpu", pack=True, fast=False), models.load("target", "cpu", pack=True)
+@pytest.fixture(scope="module", params=["native", "torch"])
+def pair(request):
+    """(readable, fast) shipped targets: the readable one packed as the loops ran it before; the
+    fast one on the native forward, or on the PyTorch fast path."""
+    readable = models.load("target", "cpu", pack=True, fast=False)
+    if request.param == "torch":
+        with native.turned_off():
+            fast = models.load("target", "cpu", pack=True)
+        assert fast.native is None
+    else:
+        if native.library() is None:
+            pytest.skip(native.status())
+        fast = models.load("target", "cpu", pack=True)
+        assert fast.native is not None
+    return readable, fast
 
 
 def test_load_gives_the_fast_model_by_default_and_the_readable_one_on_request(pair):

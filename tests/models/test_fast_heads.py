@@ -1,9 +1,12 @@
 """The one-block heads' fast path (``models.fast.head_block``) against the readable block: the
-same features and the same cache after a prefill, a tree-masked step and a one-token step."""
+same features and the same cache after a prefill, a tree-masked step and a one-token step, on
+the native forward (``models.native``) and on the PyTorch fast path."""
+import contextlib
+
 import pytest
 import torch
 
-from lessonlib.models import load
+from lessonlib.models import load, native
 from lessonlib.models.fast import fast_one_block, head_block
 from lessonlib.models.gpt import one_block
 from lessonlib.models.heads import load_head
@@ -22,13 +25,18 @@ def _steps(run, C):
     return [run(x1, None), run(x2, tree), run(x3, None)]
 
 
+@pytest.mark.parametrize("path", ["native", "torch"])
 @pytest.mark.parametrize("name", ["eagle", "eagle3"])
 @torch.no_grad()
-def test_fast_head_block_equals_the_readable_block(target, name):
+def test_fast_head_block_equals_the_readable_block(target, name, path):
+    if path == "native" and native.library() is None:
+        pytest.skip(native.status())
     head = load_head(name, target)
     C = target.config.n_embd
     caches = [head.new_cache(), head.new_cache()]
-    fast = _steps(lambda x, m: head_block(head.block, x, m, caches[0]), C)
+    with native.turned_off() if path == "torch" else contextlib.nullcontext():
+        fast = _steps(lambda x, m: head_block(head.block, x, m, caches[0]), C)
+    assert (head.block._native is None) == (path == "torch")
     slow = _steps(lambda x, m: one_block(head.block, x, m, caches[1]), C)
     for a, b in zip(fast, slow):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4), (a - b).abs().max()

@@ -1,0 +1,217 @@
+"""The native forward (``native.c``) from Python: built once with the machine's C compiler,
+loaded with ``ctypes``, and run by ``fast.FastGPT`` and ``fast.head_block`` on every batch-1
+cached call of up to ``MAX_T`` new tokens.
+
+Why: the fast PyTorch path (``fast.py``) still pays a fixed cost per operator call, about a
+dozen calls per block, and the shipped target has 24 blocks of 160-wide products; a one-token
+step cost about three times what reading its weights does. ``native.c`` runs all the blocks in
+one call, reading each weight once per forward, whatever the number of new tokens. What it
+gains is measured by ``python -m lessonlib.bench bandwidth`` (one step, a verify pass, the
+memory bound) and ``bench peers`` (against llama.cpp on the same weights).
+
+* Built on first use with ``cc -O3 -march=native -fopenmp`` into ``cache_dir()`` (``LESSONLIB_CACHE``,
+  else ``~/.cache/lessonlib``), keyed by the source, the flags, the compiler and the CPU, written
+  to a temporary file and renamed into place; a second process finds it built.
+* Weights stay float32 unless every matrix of the model is exactly representable in half
+  precision (the shipped checkpoints are stored as float16): then the C code reads half-precision
+  copies, half the bytes, the same numbers.
+* It runs on ``torch.get_num_threads()`` threads (the course's policy, ``lessonlib.threads``),
+  splitting only the products and attention large enough to pay for a second thread.
+* ``LESSONLIB_NATIVE=0`` turns it off (the PyTorch fast path runs; benchmarks compare the two);
+  without a C compiler, or on a CPU without AVX2/FMA/F16C for half precision, the course runs
+  as before and ``status()`` says why.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+import torch
+
+SOURCE = pathlib.Path(__file__).with_name("native.c")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
+ENV, CACHE_ENV = "LESSONLIB_NATIVE", "LESSONLIB_CACHE"
+MAX_T = 64  # longer calls (a long prefill) run PyTorch's path: its matrix kernels win there
+
+_lib: ctypes.CDLL | None = None
+_why = "not built yet"
+_tried = False
+
+
+def enabled() -> bool:
+    """``LESSONLIB_NATIVE``: unset or "1" uses the native forward when it builds, "0" never."""
+    text = os.environ.get(ENV, "1").strip()
+    if text not in ("0", "1"):
+        raise ValueError(f"environment variable {ENV} must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+@contextlib.contextmanager
+def turned_off():
+    """Within the block, models prepared (``FastGPT`` loaded or moved, a head block's first fast
+    call) take the PyTorch fast path: what the benchmarks and tests compare the native one with."""
+    before = os.environ.get(ENV)
+    os.environ[ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+
+
+def cache_dir() -> pathlib.Path:
+    text = os.environ.get(CACHE_ENV)
+    if text is not None and not text.strip():
+        raise ValueError(f"environment variable {CACHE_ENV} is empty: set it to a folder or unset it")
+    return pathlib.Path(text) if text else pathlib.Path.home() / ".cache" / "lessonlib"
+
+
+def _cpu() -> str:
+    try:
+        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+        return next((line for line in lines if line.startswith("flags")), platform.processor())
+    except OSError:
+        return platform.processor()
+
+
+def _build(compiler: str) -> pathlib.Path:
+    """The shared library for this source, flags, compiler and CPU, built if not yet there."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu()]).encode()).hexdigest()
+    folder = cache_dir()
+    target = folder / f"native-{key[:16]}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True)
+        if done.returncode:
+            raise OSError(f"{compiler} failed: {done.stderr.strip()[:400]}")
+        os.replace(tmp, target)  # atomic: a process beside this one sees no half-written file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded native library, or None (``status()`` says why); built once per process."""
+    global _lib, _why, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        _why = "no C compiler (cc) on PATH"
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(compiler)))
+    except OSError as error:
+        _why = f"the native forward did not build: {error}"
+        return None
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.lessonlib_blocks.argtypes = [i, i, i, i, i, p, p, p, i, p, i, p, p, p, i]
+    lib.lessonlib_head.argtypes = [i, i, i, p, p, p, p, i, p]
+    lib.lessonlib_set_threads.argtypes = [i]
+    lib.lessonlib_blocks.restype = lib.lessonlib_head.restype = lib.lessonlib_has_f16.restype = i
+    _lib, _why = lib, f"built ({'half-precision weights' if lib.lessonlib_has_f16() else 'float32 weights only'})"
+    return lib
+
+
+def status() -> str:
+    """One line: whether the native forward runs here, and why not when it does not."""
+    if not enabled():
+        return f"off ({ENV}=0)"
+    return "on, " + _why if library() is not None else "off: " + _why
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+class Blocks:
+    """Blocks (``gpt.Block``) ready for ``native.c``: their matrices (half precision when every
+    one of them is exact in it), the pointers the C code reads, and the tied head when given."""
+
+    def __init__(self, lib: ctypes.CDLL, blocks: Sequence, head: tuple | None, f16: bool):
+        self.lib, self.f16 = lib, int(f16)
+        first = blocks[0]
+        self.n_layer, self.C, self.H = len(blocks), first.qkv.weight.shape[1], first.n_head
+        cast = (lambda w: w.detach().half().contiguous()) if f16 else (lambda w: w.detach().float().contiguous())
+        self.mats = [cast(getattr(b, n).weight) for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
+        self.vecs = [v.detach().float().contiguous() for b in blocks
+                     for v in (b.ln_1.weight, b.ln_1.bias, b.qkv.bias, b.proj.bias, b.ln_2.weight, b.ln_2.bias,
+                               b.fc.bias, b.fc_out.bias)]
+        self.mat_ptrs = (ctypes.c_void_p * len(self.mats))(*map(_ptr, self.mats))
+        self.vec_ptrs = (ctypes.c_void_p * len(self.vecs))(*map(_ptr, self.vecs))
+        self.head = None
+        if head is not None:  # (wte (V, C), ln_f): the tied LM head
+            wte, ln_f = head
+            self.head = (cast(wte), ln_f.weight.detach().float().contiguous(), ln_f.bias.detach().float().contiguous())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of weights a forward reads: every matrix, vector and the head once."""
+        return sum(t.numel() * t.element_size() for t in [*self.mats, *self.vecs, *(self.head or ())])
+
+    def run(self, x: torch.Tensor, kv: torch.Tensor, start: int, attn: torch.Tensor | None,
+            keep_layers: tuple[int, ...] = ()) -> torch.Tensor | None:
+        """All the blocks over x (T, C) in place after ``start`` cached positions of ``kv``
+        (n_layer, 2, H, S, D); ``attn`` None (causal) or additive (T, start + T). Returns the
+        outputs of ``keep_layers`` side by side (T, len * C), or None when none is asked for."""
+        T = x.shape[0]
+        self.lib.lessonlib_set_threads(torch.get_num_threads())  # the course's thread policy (lessonlib.threads)
+        mask = None if attn is None else attn.contiguous()
+        keep = torch.empty(T, len(keep_layers) * self.C) if keep_layers else None
+        layers = (ctypes.c_int * len(keep_layers))(*keep_layers)
+        code = self.lib.lessonlib_blocks(self.n_layer, self.C, self.H, kv.shape[-2], self.f16, self.mat_ptrs,
+                                         self.vec_ptrs, x.data_ptr(), T, kv.data_ptr(), start,
+                                         None if mask is None else mask.data_ptr(),
+                                         None if keep is None else keep.data_ptr(), layers, len(keep_layers))
+        if code:
+            raise MemoryError(f"native forward failed with code {code}")
+        return keep
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The tied head's logits (T, V) from final hidden states x (T, C)."""
+        assert self.head is not None
+        W, w, b = self.head
+        self.lib.lessonlib_set_threads(torch.get_num_threads())
+        out = torch.empty(x.shape[0], W.shape[0])
+        code = self.lib.lessonlib_head(self.C, W.shape[0], self.f16, W.data_ptr(), w.data_ptr(), b.data_ptr(),
+                                       x.contiguous().data_ptr(), x.shape[0], out.data_ptr())
+        if code:
+            raise MemoryError(f"native head failed with code {code}")
+        return out
+
+
+def prepare(blocks: Sequence, head: tuple | None = None) -> Blocks | None:
+    """``Blocks`` for these blocks (and the tied head ``(wte, ln_f)``), or None when the native
+    forward is off or unavailable here, or the model is not one it runs: float32 on the CPU,
+    widths that are multiples of 8."""
+    if not blocks or not enabled():
+        return None
+    first = blocks[0]
+    weight = first.qkv.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or first.qkv.weight.shape[1] % 8:
+        return None
+    lib = library()
+    if lib is None:
+        return None
+    mats = [getattr(b, n).weight for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
+    if head is not None:
+        mats.append(head[0])
+    exact = bool(lib.lessonlib_has_f16()) and all(torch.equal(m, m.half().float()) for m in mats)
+    return Blocks(lib, blocks, head, exact)

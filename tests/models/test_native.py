@@ -1,0 +1,120 @@
+"""The native forward (``models.native``, ``native.c``): it builds here, runs where it says it
+does, keeps half-precision weights only when they are exact, agrees with the readable GPT on
+both sides of ``MAX_T``, and a failed build or ``LESSONLIB_NATIVE=0`` leaves the PyTorch path
+(equal results). test_fast.py and test_fast_heads.py run every other check on both paths."""
+import numpy as np
+import pytest
+import torch
+
+from lessonlib import models
+from lessonlib.decoding import decode
+from lessonlib.models import FastGPT, native
+from lessonlib.models.fast import head_block
+from lessonlib.models.gpt import one_block
+from lessonlib.models.heads import load_head
+from loop_support import context_gpt
+
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def target():
+    if native.library() is None:
+        pytest.skip(native.status())
+    return models.load("target", "cpu", pack=True)
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """A process state where the library has not been looked for, building into ``tmp_path``."""
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def _readable_logits(model, tokens, cut):
+    cache = model.new_cache()
+    first = model(tokens[:, :cut], cache=cache)
+    return first, model(tokens[:, cut:], cache=cache)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("n_new", [1, native.MAX_T, native.MAX_T + 1])
+def test_native_and_pytorch_sides_of_max_t_match_the_readable_model(target, n_new):
+    """A call of MAX_T new tokens runs native.c, one more runs PyTorch's path: both equal the
+    readable model, and native.c really ran for the first (its counter of calls moved)."""
+    readable = models.load("target", "cpu", pack=True, fast=False)
+    tokens = torch.as_tensor(np.random.default_rng(n_new).integers(0, 2048, (1, 40 + n_new)))
+    calls = []
+    real = target.native.run
+    target.native.run = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        got = _readable_logits(target, tokens, 40)
+    finally:
+        del target.native.run
+    want = _readable_logits(readable, tokens, 40)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    assert len(calls) == 1 + (n_new <= native.MAX_T)  # the 40-token prefill and the new tokens
+
+
+def test_half_precision_weights_only_when_exact(target):
+    """The shipped weights are stored as float16, so native.c reads them in half precision; a
+    model whose weights are not exact in float16 keeps float32 and still equals its readable self."""
+    assert target.native.f16 == native.library().lessonlib_has_f16()
+    model = context_gpt(0, vocab=64, n_layer=2, block_size=64).float()  # trained float64 -> float32: inexact
+    fast = FastGPT.from_gpt(model)
+    assert fast.native is not None and fast.native.f16 == 0
+    prompt = [1, 5, 9, 13, 2]
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(torch.tensor([prompt]), cache=fast.new_cache()), model(torch.tensor([prompt])),
+                                   atol=ATOL, rtol=0)
+    assert decode.generate(fast, prompt, 30)[0] == decode.generate(model, prompt, 30)[0]
+    # control: the same weights rounded to float16 are another model, which native.c would read as such
+    rounded = {k: v.half().float() for k, v in model.state_dict().items()}
+    assert any(not torch.equal(rounded[k], v) for k, v in model.state_dict().items())
+
+
+@torch.no_grad()
+def test_head_block_runs_native_and_equals_the_readable_block(target):
+    head = load_head("eagle3", target)
+    x = torch.randn(1, 5, target.config.n_embd, generator=torch.Generator().manual_seed(2))
+    caches = head.new_cache(), head.new_cache()
+    got = head_block(head.block, x, None, caches[0])
+    assert head.block._native is not None  # prepared for native.c on the first call
+    torch.testing.assert_close(got, one_block(head.block, x, None, caches[1]), atol=ATOL, rtol=0)
+    torch.testing.assert_close(caches[0].kv[:, :, :, :5], caches[1].kv[:, :, :, :5], atol=ATOL, rtol=0)
+
+
+def test_turned_off_and_bad_settings(monkeypatch):
+    with native.turned_off():
+        assert not native.enabled() and native.status().startswith("off")
+        assert models.load("draft-kl", "cpu", pack=True).native is None
+    monkeypatch.setenv(native.ENV, "yes")
+    with pytest.raises(ValueError, match="LESSONLIB_NATIVE must be 0 or 1"):
+        native.enabled()
+    monkeypatch.setenv(native.ENV, "1")
+    monkeypatch.setenv(native.CACHE_ENV, " ")
+    with pytest.raises(ValueError, match="LESSONLIB_CACHE is empty"):
+        native.cache_dir()
+
+
+def test_a_failed_build_leaves_the_pytorch_path(fresh, monkeypatch):
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    assert native.library() is None
+    assert "did not build" in native.status() and "false failed" in native.status()
+    assert list(fresh.iterdir()) == []  # no half-written library left behind
+    model = context_gpt(0, vocab=64, n_layer=2, block_size=64).float()
+    fast = FastGPT.from_gpt(model)
+    assert fast.native is None
+    assert decode.generate(fast, [3, 1, 4], 20)[0] == decode.generate(model, [3, 1, 4], 20)[0]
+
+
+def test_the_build_is_cached_by_content(fresh):
+    if native.library() is None:
+        pytest.skip(native.status())
+    built = list(fresh.iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so"  # the temporary file was renamed into place
+    stamp = built[0].stat().st_mtime_ns
+    assert native._build("cc") == built[0] and built[0].stat().st_mtime_ns == stamp  # found, not rebuilt
