@@ -166,11 +166,25 @@ def cached_attn(mask: torch.Tensor | None, start: int, T: int, x: torch.Tensor) 
     additive (T, start + T) ``prefix_mask``."""
     if mask is None and (start == 0 or T == 1):
         return None
+    if T == 1 and mask is not None and mask.ndim == 2 and mask.shape[0] == 1 and bool(mask.all()):
+        return None  # one new token that may see every position: a chain's draft step, no mask to build
     return prefix_mask(mask, start, T, x.device, x.dtype)
 
 
 def _t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
     return linear.weight.detach().t().contiguous()
+
+
+def linear(layer, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` (an ``nn.Linear`` or a packed one) over (..., in); at inference one ``addmm``
+    on a transposed copy of the weight kept on the layer, keyed by the weight's storage (the
+    heads' input maps run it on every draft step: a module call costs several times the product)."""
+    if torch.is_grad_enabled():  # training (a Linear has no train-mode behaviour of its own)
+        return layer(x)
+    key = (layer.weight.data_ptr(), layer.weight.dtype, layer.weight.device)
+    if getattr(layer, "_fast_key", None) != key:
+        layer._fast_t, layer._fast_key = _t(layer), key
+    return torch.addmm(layer.bias, x.reshape(-1, x.shape[-1]), layer._fast_t).view(*x.shape[:-1], -1)
 
 
 def gather(b: Block) -> Layer:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
 from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
-from lessonlib.models.fast import head_block
+from lessonlib.models.fast import head_block, linear
 from lessonlib.models.loop import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
@@ -55,7 +55,8 @@ class EagleHead(nn.Module):
         mask also covers the newest S - T cached positions (``models.prefix_mask``).
         No position embedding: the target's features already carry position.
         """
-        x = self.fc(torch.cat([target.wte(tokens), features.to(target.wte.weight.dtype)], -1))
+        x = linear(self.fc, torch.cat([F.embedding(tokens, target.wte.weight),
+                                       features.to(target.wte.weight.dtype)], -1))
         return head_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
@@ -83,7 +84,7 @@ class Eagle3Head(EagleHead):
 
     def forward(self, target: GPT, tokens, features, mask=None, cache: KVCache | None = None):
         if features.shape[-1] != self.config.n_embd:
-            features = self.fuse(features.to(self.fuse.weight.dtype))
+            features = linear(self.fuse, features.to(self.fuse.weight.dtype))
         return super().forward(target, tokens, features, mask, cache)
 
 

@@ -70,3 +70,26 @@ def test_training_and_batches_take_the_readable_block(target):
     with pytest.raises(ValueError, match="positions"):
         with torch.no_grad():
             fast_one_block(head.block, torch.zeros(1, cache.capacity + 1, target.config.n_embd), None, cache)
+
+
+def test_fast_linear_equals_the_module_and_follows_a_new_weight(target):
+    """``fast.linear`` (the heads' input maps at inference) equals the module, packed or not,
+    over 1-, 2- and 3-D input; a replaced weight is used, not a stale copy; under grad it is the module."""
+    from lessonlib.models.fast import linear
+    from lessonlib.models.packing import PackedLinear
+
+    gen = torch.Generator().manual_seed(3)
+    plain = torch.nn.Linear(480, 160)
+    for layer in (plain, PackedLinear(plain.weight.detach(), plain.bias.detach())):
+        for shape in ((480,), (4, 480), (1, 3, 480)):
+            x = torch.randn(*shape, generator=gen)
+            with torch.no_grad():
+                torch.testing.assert_close(linear(layer, x), layer(x), atol=1e-5, rtol=0)
+    with torch.no_grad():
+        x = torch.randn(2, 480, generator=gen)
+        before = linear(plain, x)
+        plain.weight = torch.nn.Parameter(plain.weight * 2)
+        torch.testing.assert_close(linear(plain, x), plain(x), atol=1e-5, rtol=0)
+        assert not torch.allclose(before, linear(plain, x), atol=1e-3)
+    y = linear(plain, x)  # grad on: the module itself, so training still gets gradients
+    assert y.requires_grad
