@@ -172,6 +172,7 @@ class Blocks:
         (n_layer, 2, H, S, D); ``attn`` None (causal) or additive (T, start + T). Returns the
         outputs of ``keep_layers`` side by side (T, len * C), or None when none is asked for."""
         T = x.shape[0]
+        keep_layers = tuple(sorted(set(keep_layers)))  # in block order, as the readable forward keeps them
         self.lib.lessonlib_set_threads(torch.get_num_threads())  # the course's thread policy (lessonlib.threads)
         mask = None if attn is None else attn.contiguous()
         keep = torch.empty(T, len(keep_layers) * self.C) if keep_layers else None

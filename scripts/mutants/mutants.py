@@ -621,3 +621,32 @@ EQUIVALENT = {
         "total * 2**-53, more than half an ulp, and at a power of two the result is representable), so "
         "the clamp never binds on any input sample() or the batched rounds can produce",
 }
+
+NATIVE_C, NATIVE_PY, FAST = "lessonlib/models/native.c", "lessonlib/models/native.py", "lessonlib/models/fast.py"
+NATIVE_TESTS = ["tests/models/test_native.py", "tests/models/test_fast.py", "tests/models/test_fast_heads.py"]
+GROUP_TESTS |= {"native": NATIVE_TESTS}
+MUTANTS += [  # the native forward (issue 27): native.c is rebuilt from the mutated source (its cache key is the text)
+    ("native", NATIVE_C, "        int last = mask ? end : start + t + 1;", "        int last = mask ? end : start + t;",
+     "causal attention without the mask: a new token does not see itself"),
+    ("native", NATIVE_C, "1.0f / sqrtf(var / C + 1e-5f)", "1.0f / sqrtf(var / C + 1e-3f)",
+     "LayerNorm with another epsilon than nn.LayerNorm's"),
+    ("native", NATIVE_C, "_mm256_set1_ps(0.044715f), v3, v)", "_mm256_set1_ps(0.04715f), v3, v)",
+     "GELU's cubic coefficient wrong in the vector loop"),
+    ("native", NATIVE_C, "memcpy(kvl + ((size_t)h * S + start + t) * D, qkv + (size_t)t * 3 * C + C + h * D,",
+     "memcpy(kvl + ((size_t)h * S + start) * D, qkv + (size_t)t * 3 * C + C + h * D,",
+     "every new token's key written to the first new slot"),
+    ("native", NATIVE_C, "linear(m[1], f16, v[3], y, x, T, C, C, 1);", "linear(m[1], f16, v[3], y, x, T, C, C, 0);",
+     "attention output replaces the residual stream instead of adding to it"),
+    ("native", NATIVE_C, "                y[o + r] = add ? y[o + r] + v : v;", "                y[o + r] = v;",
+     "the one-token product drops the residual"),
+    ("native", NATIVE_C, "float s = m == -INFINITY ? -INFINITY : dot(q, K + (size_t)j * D, D) * scale + m;",
+     "float s = dot(q, K + (size_t)j * D, D) * scale;", "attention ignores the tree mask"),
+    ("native", NATIVE_PY, "all(torch.equal(m, m.half().float()) for m in mats)", "True",
+     "half-precision copies even when the weights are not exact in half precision"),
+    ("native", NATIVE_PY, "layers = (ctypes.c_int * len(keep_layers))(*keep_layers)",
+     "layers = (ctypes.c_int * len(keep_layers))(*sorted(keep_layers, reverse=True))",
+     "EAGLE-3's fused features in the wrong order"),
+    ("native", FAST, "if self.native is not None and T <= native.MAX_T",
+     "if self.native is not None and T < native.MAX_T",
+     "a call of exactly MAX_T tokens leaves the native path"),
+]

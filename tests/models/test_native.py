@@ -118,3 +118,18 @@ def test_the_build_is_cached_by_content(fresh):
     assert len(built) == 1 and built[0].suffix == ".so"  # the temporary file was renamed into place
     stamp = built[0].stat().st_mtime_ns
     assert native._build("cc") == built[0] and built[0].stat().st_mtime_ns == stamp  # found, not rebuilt
+
+
+@torch.inference_mode()
+def test_fused_features_come_in_block_order_like_the_readable_model(target):
+    """EAGLE-3 asks for blocks by index; an unsorted tuple still gives them in block order, as
+    ``GPT.forward`` concatenates them (a repeated index once)."""
+    readable = models.load("target", "cpu", pack=True, fast=False)
+    tokens = torch.as_tensor(np.random.default_rng(7).integers(0, 2048, (1, 12)))
+    outs = []
+    for model in (target, readable):
+        cache = model.new_cache()
+        model(tokens[:, :8], cache=cache)
+        outs.append(model(tokens[:, 8:], cache=cache, return_hidden=(23, 5, 11))[1])
+    torch.testing.assert_close(outs[0], outs[1], atol=ATOL, rtol=0)
+    assert outs[0].shape[-1] == 3 * target.config.n_embd
