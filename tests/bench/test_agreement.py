@@ -56,8 +56,13 @@ def test_refuses_what_cannot_show_agreement():
 
 def test_a_reports_decode_path_is_read_from_its_machine_record():
     from lessonlib.bench import common
+    from lessonlib.models import native
 
-    assert record._path({"machine": common.machine()}) == "fast"
+    here = "native" if native.library() is not None else "fast"  # the native forward where it builds
+    assert record._path({"machine": common.machine()}) == here
+    with native.turned_off():
+        assert record._path({"machine": common.machine()}) == "fast"
+        assert common.machine()["native"].startswith("off")
     assert record._path({"setup": {"machine": {"decode_path": "readable: models.gpt"}}}) == "readable"
     assert record._path({"machine": {"threads": 1}}) == "not recorded"
 
