@@ -17,8 +17,8 @@
  *            proj (C, C), fc (4C, C), fc_out (C, 4C); half precision when f16 != 0, else float
  *   vecs     per layer 8 float vectors: ln_1 w, b; qkv b; proj b; ln_2 w, b; fc b; fc_out b
  * Every matrix is read once per call, whatever T is: the product loops over output rows
- * outside and over tokens inside, so a verify pass over T tokens costs little more than a
- * one-token step while the weights dominate.
+ * outside and over tokens inside, so a verify pass over T tokens adds the arithmetic of its
+ * tokens to a one-token step, not another read of the weights (bench bandwidth, bench peers).
  * Half-precision weights are used only when they hold the float32 weights exactly (native.py
  * checks), so f16 changes memory traffic, not the numbers. Sums run in another order than
  * PyTorch's: results agree to float32 rounding (tests/models/test_native.py).
