@@ -9,9 +9,10 @@ one call, reading each weight once per forward, whatever the number of new token
 gains is measured by ``python -m lessonlib.bench bandwidth`` (one step, a verify pass, the
 memory bound) and ``bench peers`` (against llama.cpp on the same weights).
 
-* Built on first use with ``cc -O3 -march=native -fopenmp`` into ``cache_dir()`` (``LESSONLIB_CACHE``,
-  else ``~/.cache/lessonlib``), keyed by the source, the flags, the compiler and the CPU, written
-  to a temporary file and renamed into place; a second process finds it built.
+* Built on first use with ``cc -O3 -march=native -fopenmp`` into ``cache_dir()``
+  (``LESSONLIB_CACHE``, else the repository's ``.cache/``, which git ignores), keyed by the
+  source, the flags, the compiler and the CPU, written to a temporary file and renamed into
+  place; a second process finds it built.
 * Weights stay float32 unless every matrix of the model is exactly representable in half
   precision (the shipped checkpoints are stored as float16): then the C code reads half-precision
   copies, half the bytes, the same numbers.
@@ -35,6 +36,8 @@ import tempfile
 from collections.abc import Sequence
 
 import torch
+
+from lessonlib import paths
 
 SOURCE = pathlib.Path(__file__).with_name("native.c")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
@@ -73,7 +76,8 @@ def cache_dir() -> pathlib.Path:
     text = os.environ.get(CACHE_ENV)
     if text is not None and not text.strip():
         raise ValueError(f"environment variable {CACHE_ENV} is empty: set it to a folder or unset it")
-    return pathlib.Path(text) if text else pathlib.Path.home() / ".cache" / "lessonlib"
+    # the course's one cache folder, shared with models.data's token cache (git ignores it)
+    return pathlib.Path(text) if text else paths.ROOT / ".cache"
 
 
 def _cpu() -> str:
