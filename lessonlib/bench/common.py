@@ -19,7 +19,7 @@ from lessonlib import cli, paths, runs, threads
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
-from lessonlib.models import data
+from lessonlib.models import data, native
 
 # held-out prompts, tokens per prompt, new tokens per run, timed runs per (method, prompt)
 DEFAULTS = {"prompts": 5, "prompt_len": 64, "new_tokens": 128, "repeats": 3}
@@ -72,16 +72,8 @@ NATIVE_PATH = ("native: every model loaded with pack=True is a models.fast.FastG
                "up to models.native.MAX_T tokens, and the EAGLE, EAGLE-3 and MTP draft steps, run models/native.c")
 
 
-def native_status() -> str:
-    from lessonlib.models import native
-
-    return native.status()
-
-
 def decode_path() -> str:
     """``NATIVE_PATH`` where the native forward runs here (``models.native.status``), else ``DECODE_PATH``."""
-    from lessonlib.models import native
-
     return NATIVE_PATH if native.enabled() and native.library() is not None else DECODE_PATH
 
 
@@ -90,7 +82,7 @@ def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "thread_policy": threads.describe(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "backend": describe(), "decode_path": decode_path(), "native": native_status()}
+            "backend": describe(), "decode_path": decode_path(), "native": native.status()}
 
 
 def prompts(corpus: str = "code", n: int = DEFAULTS["prompts"], length: int = DEFAULTS["prompt_len"]):

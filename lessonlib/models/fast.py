@@ -19,6 +19,9 @@ cached call computes the same numbers with cheaper calls:
   embedding look-ups themselves (a CPU ``F.embedding`` raises on an index out of range, which
   becomes the readable model's ``ValueError``), the cache bounds by two integer compares.
 
+Where the native forward builds (``models.native``, the default), a batch-1 cached call of up to
+``native.MAX_T`` new tokens runs every block in one call to ``native.c`` instead, and the LM head
+too; the PyTorch path above is what runs without it (``LESSONLIB_NATIVE=0``, no C compiler).
 Anything else (a batch, no cache, training) runs the readable ``GPT.forward``. The LM head
 (``lm_head``, which the EAGLE, Medusa and MTP drafters call on every draft step) is one
 ``matmul`` on the transposed embedding as well. ``models.load(name, pack=True)`` returns a
