@@ -289,3 +289,19 @@ class SampledRule:
     def name(self) -> str:
         """'with' or 'without' replacement: the rule's label in tables."""
         return "with" if self.replacement else "without"
+
+
+def chain_length(rule: object) -> int | None:
+    """K when ``rule`` drafts a chain of K nodes one draw (or one argmax) per level -- a
+    ``SampledRule`` with branching (1,) * K and replacement, or ``core.tree.draft_topk`` with
+    that branching (``functools.partial``) -- else None. A drafter may then run the chain as a
+    plain loop (``drafters.TreeDrafter``): the same nodes, q rows and random draws as the rule."""
+    if isinstance(rule, SampledRule):
+        branching, ok = rule.branching, rule.dynamic is None and rule.replacement
+    elif isinstance(rule, functools.partial) and rule.func is tree.draft_topk and not rule.args:
+        branching, ok = tuple(rule.keywords.get("branching", ())), set(rule.keywords) == {"branching"}
+    else:
+        return None
+    ones = all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b == 1 for b in branching)
+    return len(branching) if ok and branching and ones else None
+

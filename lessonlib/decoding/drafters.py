@@ -5,7 +5,7 @@ chain (``ChainDrafter``) or drafting a tree (``ModelDrafter``), the EAGLE head o
 features (``EagleDrafter``), Medusa heads (``MedusaDrafter``), and the draft-free and MTP
 drafters of later modules. Tree drafters share ``RuleDrafter``: a drafting rule of
 ``core.tree`` grows their tree through ``expand``; a chain of K is the tree whose branching is
-(1,) * K.
+(1,) * K, which ``TreeDrafter`` runs as a plain loop (``chain``) with the same result.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lessonlib.core import tree
+from lessonlib.core import tree, tree_sampled
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf
-from lessonlib.core.tree_sampled import SampledRule
+from lessonlib.core.tree_sampled import SampledRule, chain_length
 from lessonlib.core.validate import check_finite_logits, check_head_fits, check_k
 from lessonlib.decoding.round import Ids, Proposal, Sampling, feed
 from lessonlib.decoding.timing import Timer, untimed
@@ -193,6 +193,48 @@ class TreeDrafter(RuleDrafter):
         loop (its budget fits the context), so there is nothing left to feed."""
         if len(seq) <= self.cache.capacity:
             super().commit(seq, features, clock)
+
+    def propose(self, rule: Rule | None, sampling: Sampling | None, rng: np.random.Generator | None,
+                clock: Timer = untimed) -> Proposal:
+        """As ``RuleDrafter.propose``; a chain rule (``core.tree_sampled.chain_length``) runs as
+        ``chain``, a plain loop: the rule's own nodes, q rows and draws, without its tree
+        bookkeeping, which cost more than the draft's forward on every draft step."""
+        k = chain_length(rule)
+        if k is None:
+            return super().propose(rule, sampling, rng, clock)
+        sampled = isinstance(rule, SampledRule) and sampling is not None and sampling.draft_t > GREEDY_TEMPERATURE
+        return clock("draft", self.chain, k, sampling if sampled else None, rng)
+
+    def chain(self, k: int, sampling: Sampling | None, rng: np.random.Generator | None) -> Proposal:
+        """A chain of ``k`` nodes, node i under node i - 1: each token drawn from q at its parent
+        (``sampling.draft_probs``, the draw of ``draw_children``) or, with ``sampling`` None, its
+        argmax (``core.tree._top``'s first index on ties). The drafter's state is left as the
+        rule's ``expand`` calls leave it: nodes 0..k-2 fed, their rows in ``logq``."""
+        self._forget_tree()
+        parents = np.arange(-1, k - 1, dtype=np.int64)  # (k,)
+        tokens = np.zeros(k, dtype=np.int64)  # (k,): filled level by level
+        q_rows: list[np.ndarray] = []  # (V,) each
+        rows, row = [self.logq], self.logq[0]
+        for i in range(k):
+            if sampling is None:
+                tokens[i] = int(row.argmax())
+            else:
+                q_rows.append(sampling.draft_probs(row[None]))  # (1, V)
+                tokens[i] = tree_sampled.draw_children(q_rows[-1], 1, cast(np.random.Generator, rng), True)[0, 0]
+            if i + 1 == k:
+                break
+            new = np.array([i])  # node i: its parent (i - 1, or the root) is fed; it sees all fed nodes
+            if self.cache.length < self.cache.capacity:
+                rows.append(self._feed(parents, tokens, new, np.ones((1, i + 1), dtype=bool), new))
+            else:  # past the draft cache's room: the round cuts the proposal to it (``round.fit_to_room``)
+                rows.append(self._unfed(1))
+            self.fed = np.arange(i + 1)
+            row = rows[-1][0]
+        self.logq = np.concatenate(rows)
+        self.fed_tree = (parents[self.fed], tokens[self.fed])
+        if sampling is None:
+            return Proposal(parents, tokens)
+        return Proposal(parents, tokens, np.concatenate(q_rows), True)
 
     def _start_round(self, root_logq: np.ndarray) -> None:
         """``root_logq``: (V,) draft log-probs after the committed sequence."""

@@ -145,6 +145,19 @@ def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
+_NO_LAYERS = (ctypes.c_int * 0)()
+_threads_set: dict[int, int] = {}  # id(library) -> the thread count last handed to it
+
+
+def _threads(lib: ctypes.CDLL) -> None:
+    """Hand the library torch's thread count (the course's policy, ``lessonlib.threads``) when it
+    changed: a ctypes call on every draft step costs more than the check."""
+    n = torch.get_num_threads()
+    if _threads_set.get(id(lib)) != n:
+        lib.lessonlib_set_threads(n)
+        _threads_set[id(lib)] = n
+
+
 class Blocks:
     """Blocks (``gpt.Block``) ready for ``native.c``: their matrices (half precision when every
     one of them is exact in it), the pointers the C code reads, and the tied head when given."""
@@ -176,11 +189,13 @@ class Blocks:
         (n_layer, 2, H, S, D); ``attn`` None (causal) or additive (T, start + T). Returns the
         outputs of ``keep_layers`` side by side (T, len * C), or None when none is asked for."""
         T = x.shape[0]
-        keep_layers = tuple(sorted(set(keep_layers)))  # in block order, as the readable forward keeps them
-        self.lib.lessonlib_set_threads(torch.get_num_threads())  # the course's thread policy (lessonlib.threads)
+        _threads(self.lib)
         mask = None if attn is None else attn.contiguous()
-        keep = torch.empty(T, len(keep_layers) * self.C) if keep_layers else None
-        layers = (ctypes.c_int * len(keep_layers))(*keep_layers)
+        keep, layers = None, _NO_LAYERS  # a draft step keeps none: no array to build on every call
+        if keep_layers:
+            keep_layers = tuple(sorted(set(keep_layers)))  # in block order, as the readable forward keeps them
+            keep = torch.empty(T, len(keep_layers) * self.C)
+            layers = (ctypes.c_int * len(keep_layers))(*keep_layers)
         code = self.lib.lessonlib_blocks(self.n_layer, self.C, self.H, kv.shape[-2], self.f16, self.mat_ptrs,
                                          self.vec_ptrs, x.data_ptr(), T, kv.data_ptr(), start,
                                          None if mask is None else mask.data_ptr(),
@@ -193,7 +208,7 @@ class Blocks:
         """The tied head's logits (T, V) from final hidden states x (T, C)."""
         assert self.head is not None
         W, w, b = self.head
-        self.lib.lessonlib_set_threads(torch.get_num_threads())
+        _threads(self.lib)
         out = torch.empty(x.shape[0], W.shape[0])
         code = self.lib.lessonlib_head(self.C, W.shape[0], self.f16, W.data_ptr(), w.data_ptr(), b.data_ptr(),
                                        x.contiguous().data_ptr(), x.shape[0], out.data_ptr())

@@ -650,3 +650,15 @@ MUTANTS += [  # the native forward (issue 27): native.c is rebuilt from the muta
      "if self.native is not None and T < native.MAX_T",
      "a call of exactly MAX_T tokens leaves the native path"),
 ]
+DRAFTERS = "lessonlib/decoding/drafters.py"
+MUTANTS += [  # the chain drafting loop (TreeDrafter.chain): the rule's nodes, q rows and draws without its bookkeeping
+    ("decoding", DRAFTERS, "            self.fed = np.arange(i + 1)\n",
+     "            self.fed = np.arange(i + 1) if i == 0 else self.fed\n",
+     "the chain's fed nodes stop growing: EAGLE reads the wrong parent feature, the drafter's rows go stale"),
+    ("decoding", DRAFTERS,
+     "tokens[i] = tree_sampled.draw_children(q_rows[-1], 1, cast(np.random.Generator, rng), True)[0, 0]",
+     "tokens[i] = int(q_rows[-1].argmax())", "a sampled chain takes q's argmax but hands the round q as its law"),
+    ("decoding", DRAFTERS, "rows.append(self._feed(parents, tokens, new, np.ones((1, i + 1), dtype=bool), new))",
+     "rows.append(self._feed(parents, tokens, new, np.ones((1, i + 1), dtype=bool), new * 0))",
+     "every chain node fed at depth 0: the draft model sees the wrong positions"),
+]

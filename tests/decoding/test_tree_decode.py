@@ -228,3 +228,46 @@ def test_drafter_rows_do_not_depend_on_the_order_nodes_are_asked_for():
                 rows[how] = np.stack([got[int(n)] for n in every])
         for how in ("in order", "reversed"):
             np.testing.assert_allclose(rows[how], rows["at once"], atol=1e-10, rtol=0, err_msg=f"{name}, {how}")
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("prompt_len", [5, 93])  # 93: the draft cache runs out of room inside the chain
+def test_a_chain_rule_runs_as_its_rule_would(prompt_len):
+    """A chain rule (``tree_sampled.chain_length``) runs as ``TreeDrafter.chain``, a plain loop.
+    It must hand the round what the rule itself gives through ``expand`` -- the same tokens, the
+    same q rows, the same random draws -- and leave the drafter as the rule's calls leave it
+    (its rows for every node equal), sampled (T = 0.8, top-k 5) and deterministic, also where
+    the draft cache has no room left for the last nodes."""
+    from lessonlib.core.tree_sampled import SampledRule, chain_length
+    from lessonlib.decoding.drafters import RuleDrafter
+    from lessonlib.decoding.round import Sampling
+
+    target = tiny(2, sharpen=3.0)
+    prompt = [(7 * i + 3) % 64 for i in range(prompt_len)]
+    features = target(torch.tensor([prompt[:-1]]), return_hidden=True)[1][0]
+    sampling = Sampling(0.8, top_k=5)
+    rules = {"sampled": SampledRule((1, 1, 1, 1)), "deterministic": functools.partial(tree.draft_topk,
+                                                                                   branching=(1, 1, 1, 1))}
+    assert {chain_length(r) for r in rules.values()} == {4}
+    assert chain_length(SampledRule((1, 1), replacement=False)) is None  # drawn another way: the rule runs
+    assert chain_length(SampledRule((2, 1))) is None and chain_length(SampledRule((True, 1))) is None
+    for name in ("self", "draft", "eagle"):
+        for label, rule in rules.items():
+            got = {}
+            for how in ("chain", "rule"):
+                drafter, rng = drafters(target)[name], np.random.default_rng(3)
+                drafter.commit(prompt, features)
+                proposal = (drafter.propose if how == "chain" else
+                            functools.partial(RuleDrafter.propose, drafter))(rule, sampling, rng)
+                every = np.arange(-1, len(proposal.parents))
+                got[how] = proposal, drafter.expand(proposal.parents, proposal.tokens, every), rng.random()
+            (a, rows_a, u_a), (b, rows_b, u_b) = got["chain"], got["rule"]
+            where = f"{name}, {label}, prompt {prompt_len}"
+            np.testing.assert_array_equal(a.parents, b.parents, err_msg=where)
+            np.testing.assert_array_equal(a.tokens, b.tokens, err_msg=where)
+            assert (a.q is None) == (b.q is None) == (label == "deterministic"), where
+            if a.q is not None:
+                np.testing.assert_allclose(a.q, b.q, atol=1e-12, rtol=0, err_msg=where)
+                assert a.replacement and b.replacement
+            np.testing.assert_allclose(rows_a, rows_b, atol=1e-10, rtol=0, err_msg=where)
+            assert u_a == u_b, where  # the same number of draws taken from the generator
