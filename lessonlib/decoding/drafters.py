@@ -213,7 +213,7 @@ class TreeDrafter(RuleDrafter):
         self._forget_tree()
         parents = np.arange(-1, k - 1, dtype=np.int64)  # (k,)
         tokens = np.zeros(k, dtype=np.int64)  # (k,): filled level by level
-        q_rows: list[np.ndarray] = []  # (V,) each
+        q_rows: list[np.ndarray] = []  # (1, V) each
         rows, row = [self.logq], self.logq[0]
         for i in range(k):
             if sampling is None:
