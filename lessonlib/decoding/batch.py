@@ -10,7 +10,7 @@ requests joining: the simplest serving loop that shows the effect).
 A batched round is the round of ``round.speculative_round``, row by row in one pass:
 
 1. **draft** -- ``BatchChainDrafter.propose``: K batched draft forwards; row b samples x_j ~ q_j
-   at the draft temperature (greedy: argmax), exactly as ``drafters.ChainDrafter`` does;
+   at the draft temperature (greedy: argmax), exactly as ``decode.ChainDrafter`` does;
 2. **verify** -- ONE target forward over B x (K + 1) tokens: each row's root and its drafts;
 3. **accept** -- the course's rules, never a new one: greedy rows through ``chain.verify_greedy``,
    sampled rows through ``core.batched.verify_rounds`` (the arithmetic ``chain.verify_chain``

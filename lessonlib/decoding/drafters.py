@@ -1,7 +1,7 @@
 """Drafters: everything that proposes draft tokens to a speculative round (``round``).
 
 Every draft kind implements the ``Drafter`` protocol -- a separate draft model sampling a
-chain (``ChainDrafter``) or drafting a tree (``ModelDrafter``), the EAGLE head on the target's
+chain (``decode.ChainDrafter``) or drafting a tree (``ModelDrafter``), the EAGLE head on the target's
 features (``EagleDrafter``), Medusa heads (``MedusaDrafter``), and the draft-free and MTP
 drafters of later modules. Tree drafters share ``RuleDrafter``: a drafting rule of
 ``core.tree`` grows their tree through ``expand``; a chain of K is the tree whose branching is
@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from lessonlib.core import tree, tree_sampled
-from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf
+from lessonlib.core.sampling import GREEDY_TEMPERATURE
 from lessonlib.core.tree_sampled import SampledRule, chain_length
-from lessonlib.core.validate import check_finite_logits, check_head_fits, check_k
-from lessonlib.decoding.round import Ids, Proposal, Sampling, feed
+from lessonlib.core.validate import check_finite_logits, check_head_fits
+from lessonlib.decoding.round import Ids, Proposal, Sampling
 from lessonlib.decoding.timing import Timer, untimed
 
 if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thread policy
@@ -63,55 +63,6 @@ def log_probs(logits: torch.Tensor) -> np.ndarray:
     """log softmax of draft logits ((..., V) torch) as float64 numpy ((..., V): the rows ``expand``
     returns); non-finite logits are refused (``core.validate.check_finite_logits``)."""
     return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
-
-
-class ChainDrafter:
-    """A small GPT sampling a chain of ``k`` drafts from its own q, with its own KV cache
-    (Leviathan et al. 2023, Chen et al. 2023). The cache holds the committed sequence except
-    the tokens it has not been fed (``pending``), which the first draft step feeds.
-
-    ``propose`` samples at the sampling's draft temperature (default: the target's), greedily
-    at T <= 1e-5, and hands the round the q rows it sampled from (one-hot rows for a greedy
-    draft judged by a sampling target; none when both are greedy).
-    """
-
-    needs_features = False
-    feature_layers: tuple[int, ...] | None = None
-
-    def __init__(self, model: GPT, k: int) -> None:
-        self.model, self.k = model, check_k(k)
-        self.vocab_size: int | None = model.config.vocab_size  # typed as Drafter's: a settable member must match
-        self.cache = model.new_cache()
-        self.pending: list[int] = []
-
-    def commit(self, seq: list[int], features: torch.Tensor | None = None, clock: Timer = untimed) -> None:
-        """Roll the cache back to the committed sequence (it keeps what it was fed of it); an
-        empty cache is prefilled with all but the last token."""
-        self.cache.truncate(min(self.cache.length, len(seq) - 1))
-        if self.cache.length == 0 and len(seq) > 1:
-            clock("draft", feed, self.model, self.cache, seq[:-1], rows=1)
-        self.pending = list(seq[self.cache.length :])
-
-    def propose(self, rule: Rule | None, sampling: Sampling, rng: np.random.Generator | None,
-                clock: Timer = untimed) -> Proposal:
-        """k draft steps, each one forward of the draft (timed as "draft") and one token; the
-        proposal's q is (k, V) (or None: see the class)."""
-        if rule is not None:
-            raise ValueError("rule must be None for a ChainDrafter: its rule is k samples from q")
-        drafts: list[int]
-        q_rows: list[np.ndarray]  # (V,) each
-        tq, drafts, q_rows, pending = sampling.draft_t, [], [], self.pending
-        for _ in range(self.k):
-            logits = clock("draft", feed, self.model, self.cache, pending, rows=1)[0]  # (V,) float64
-            if tq <= GREEDY_TEMPERATURE:
-                drafts.append(int(np.argmax(logits)))
-                if not sampling.greedy:  # a sampling target needs the law the drafts came from: one-hot
-                    q_rows.append(sampling.draft_probs(logits))
-            else:
-                q_rows.append(sampling.draft_probs(logits))  # the same truncation as the target's p
-                drafts.append(int(inverse_cdf(q_rows[-1], np.asarray(cast(np.random.Generator, rng).random()))))
-            pending = [drafts[-1]]
-        return Proposal.chain(drafts, np.stack(q_rows) if q_rows else None)
 
 
 class RuleDrafter:

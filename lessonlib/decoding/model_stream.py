@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from lessonlib.core.validate import check_k, check_temperature, check_token_sequence
-from lessonlib.decoding.drafters import ChainDrafter, NoDraft
+from lessonlib.decoding.decode import ChainDrafter
+from lessonlib.decoding.drafters import NoDraft
 from lessonlib.decoding.round import Ids, Sampling, check_sampling_rng, feed, speculative_round
 
 if TYPE_CHECKING:  # the type only: importing lessonlib.models applies the thread policy
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # the type only: importing lessonlib.models applies the threa
 class ModelStream:
     """Real models behind ``drive``: plain steps and speculative rounds on one shared sequence.
 
-    Both are ``round.speculative_round``: a speculative round with a ``drafters.ChainDrafter``, a
+    Both are ``round.speculative_round``: a speculative round with a ``decode.ChainDrafter``, a
     plain step with ``drafters.NoDraft`` (an empty proposal: the one-token forward, then the
     target's own sampling). The target's cache holds the committed sequence except its last
     token and the draft's a prefix of it, as in ``decode``, so plain steps and rounds can

@@ -172,25 +172,25 @@ MUTANTS = [
     # ------------------------------------------------------------------ decoding: plain loop, chain drafter
     ("decoding", DEC, "new.append(next_token(logits, sampling, rng))", "new.append(next_token(logits, 1.0, rng))",
      "generate ignores the temperature"),
-    ("decoding", DRAFT,
+    ("decoding", DEC,
      "                q_rows.append(sampling.draft_probs(logits))  # the same truncation as the target's p\n"
      "                drafts.append(int(inverse_cdf(q_rows[-1],",
      "                q_rows.append(softmax(logits, 1.0))\n"
      "                drafts.append(int(inverse_cdf(sampling.draft_probs(logits),",
      "draft q recorded at T = 1 while drafts are sampled at T"),
-    ("decoding", DRAFT,
+    ("decoding", DEC,
      "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
      "one-hot\n                    q_rows.append(sampling.draft_probs(logits))",
      "                if not sampling.greedy:  # a sampling target needs the law the drafts came from: "
      "one-hot\n                    q_rows.append(softmax(logits, sampling.temperature))",
      "a greedy draft's q recorded as its softmax at the target's T (not one-hot)"),
-    ("decoding", DRAFT, "        self.pending = list(seq[self.cache.length :])",
+    ("decoding", DEC, "        self.pending = list(seq[self.cache.length :])",
      "        self.pending = list(seq[-1:])",
      "draft fed only the last token (wrong context after a fully accepted round)"),
-    ("decoding", DRAFT, "        self.cache.truncate(min(self.cache.length, len(seq) - 1))",
+    ("decoding", DEC, "        self.cache.truncate(min(self.cache.length, len(seq) - 1))",
      "        self.cache.truncate(min(self.cache.length, len(seq)))",
      "draft cache keeps a rejected draft"),
-    ("decoding", DRAFT, "        if self.cache.length == 0 and len(seq) > 1:\n"
+    ("decoding", DEC, "        if self.cache.length == 0 and len(seq) > 1:\n"
      "            clock(\"draft\", feed, self.model, self.cache, seq[:-1], rows=1)\n", "",
      "ChainDrafter.commit does not prefill an empty cache (the first draft step feeds the whole prompt: "
      "the prefill timed as a draft step, in c)"),

@@ -16,7 +16,8 @@ from lessonlib.core import tree
 from lessonlib.core.sampling import softmax
 from lessonlib.decoding import decode, fallback, lookahead, prompt_lookup, reference, tree_decode
 from lessonlib.decoding import round as round_
-from lessonlib.decoding.drafters import ChainDrafter, ModelDrafter, NoDraft
+from lessonlib.decoding.decode import ChainDrafter
+from lessonlib.decoding.drafters import ModelDrafter, NoDraft
 from lessonlib.decoding.round import Proposal, RoundResult, Sampling
 from lessonlib.decoding.stats import DecodeStats
 from loop_support import context_gpt, noisy_copy

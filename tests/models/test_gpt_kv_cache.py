@@ -9,7 +9,8 @@ import torch
 
 from lessonlib.core import tree
 from lessonlib.decoding import decode
-from lessonlib.decoding.drafters import ChainDrafter, ModelDrafter
+from lessonlib.decoding.decode import ChainDrafter
+from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.round import Sampling, speculative_round
 from lessonlib.decoding.tree_decode import tree_generate, verify_tree_forward
 from lessonlib.models import KVCache
