@@ -65,6 +65,12 @@ def log_probs(logits: torch.Tensor) -> np.ndarray:
     return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
 
 
+def draws_from_q(rule: Rule | None, sampling: Sampling | None) -> bool:
+    """Whether ``rule`` draws its nodes from the draft's q under ``sampling``: a ``SampledRule``
+    with a draft temperature above 1e-5 (a greedy draft runs the rule's deterministic twin)."""
+    return isinstance(rule, SampledRule) and sampling is not None and sampling.draft_t > GREEDY_TEMPERATURE
+
+
 class RuleDrafter:
     """A drafter whose tree a drafting rule of ``core.tree`` grows through ``expand``.
 
@@ -93,8 +99,8 @@ class RuleDrafter:
             raise ValueError("rule must be a drafting rule of core.tree, e.g. "
                              "functools.partial(tree.draft_topk, branching=(3, 2, 2))")
         if isinstance(rule, SampledRule):
-            if sampling is not None and sampling.draft_t > GREEDY_TEMPERATURE:
-                parents, tokens, _, q = clock("draft", rule, self.expand, sampling.draft_probs,
+            if draws_from_q(rule, sampling):
+                parents, tokens, _, q = clock("draft", rule, self.expand, cast(Sampling, sampling).draft_probs,
                                               cast(np.random.Generator, rng))
                 return Proposal(parents, tokens, q, rule.replacement)
             rule = rule.deterministic
@@ -153,8 +159,7 @@ class TreeDrafter(RuleDrafter):
         k = chain_length(rule)
         if k is None:
             return super().propose(rule, sampling, rng, clock)
-        sampled = isinstance(rule, SampledRule) and sampling is not None and sampling.draft_t > GREEDY_TEMPERATURE
-        return clock("draft", self.chain, k, sampling if sampled else None, rng)
+        return clock("draft", self.chain, k, sampling if draws_from_q(rule, sampling) else None, rng)
 
     def chain(self, k: int, sampling: Sampling | None, rng: np.random.Generator | None) -> Proposal:
         """A chain of ``k`` nodes, node i under node i - 1: each token drawn from q at its parent
