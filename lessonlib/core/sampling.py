@@ -40,16 +40,20 @@ def softmax(logits: npt.ArrayLike, temperature: float = 1.0) -> np.ndarray:
     # one pass checks everything: a row's max is NaN if it holds a NaN, +inf if it holds a +inf
     # (and no NaN), -inf if every entry is -inf
     top = z.max(axis=-1, keepdims=True)
-    if np.isnan(top).any() or np.isposinf(top).any():
-        raise ValueError("logits must not contain NaN or +inf")
-    if np.isneginf(top).any():
+    if not np.isfinite(top).all():  # one test on the hot path; the message tells the cases apart
+        if np.isnan(top).any() or (top > 0).any():
+            raise ValueError("logits must not contain NaN or +inf")
         raise ValueError("logits: every row needs at least one finite entry")
     if temperature <= GREEDY_TEMPERATURE:
         one_hot = np.zeros_like(z)  # not np.eye(V)[...]: that builds a V x V matrix per call
         np.put_along_axis(one_hot, np.argmax(z, axis=-1)[..., None], 1.0, axis=-1)
         return one_hot
-    e = np.exp((z - top) / temperature)
-    return e / e.sum(axis=-1, keepdims=True)
+    e = z - top  # a new array: the caller's logits are not touched
+    if temperature != 1.0:
+        e /= temperature
+    np.exp(e, out=e)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
 
 
 def top_k_filter(p: npt.ArrayLike, k: int) -> np.ndarray:

@@ -296,11 +296,10 @@ class EagleDrafter(TreeDrafter):
         at the last ``n`` committed positions but the final one; each pairs with the token after it."""
         self.cache.truncate(self.committed)
         assert features is not None  # needs_features: the round always passes them
-        n = len(features)
-        tokens = torch.as_tensor(seq[len(seq) - n :], dtype=torch.long, device=self.head.device)
-        g = self.head(self.target, tokens[None], features[None], cache=self.cache)[0]
+        g, logits = self.head.step(self.target, np.asarray(seq[len(seq) - len(features) :]), features, self.cache,
+                                   last=True)
         self.g = g[-1:]  # row 0: the root's g; row 1 + i: fed[i]'s, like self.logq
-        self._start_round(log_probs(self.target.lm_head(g[-1])))
+        self._start_round(log_probs(logits[0]))
 
     def _forget_tree(self) -> None:
         super()._forget_tree()
@@ -313,10 +312,9 @@ class EagleDrafter(TreeDrafter):
     def _feed(self, parents: np.ndarray, tokens: np.ndarray, new: np.ndarray, mask: np.ndarray,
               depth: np.ndarray) -> np.ndarray:
         feats = self.g[torch.from_numpy(self._rows(len(parents))[parents[new]])]  # each parent was fed before
-        idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.head.device)
-        g = self.head(self.target, idx[None], feats[None], mask=torch.from_numpy(mask), cache=self.cache)[0]
+        g, logits = self.head.step(self.target, tokens[new], feats, self.cache, mask)
         self.g = torch.cat([self.g, g])
-        return log_probs(self.target.lm_head(g))
+        return log_probs(logits)
 
 
 class MedusaDrafter(RuleDrafter):

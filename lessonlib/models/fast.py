@@ -126,12 +126,14 @@ class FastGPT(GPT):
         if positions is not None and len(positions) != T:
             raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
         x = self._embed(idx[0], positions, start)  # (T, C)
-        attn = cached_attn(mask, start, T, x)
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
         if self.native is not None and T <= native.MAX_T and cache.kv.is_contiguous():
-            fused = self.native.run(x, cache.kv, start, attn, layers)  # every block in one call, x in place
+            # every block in one call, x in place; no mask is causal over the cache there, none to build
+            attn = None if mask is None else cached_attn(mask, start, T, x)
+            fused = self.native.run(x, cache.kv, start, attn, layers)
         else:
             kept: list[torch.Tensor] = []
+            attn = cached_attn(mask, start, T, x)
             for i, layer in enumerate(self.fast_layers):  # type: ignore[arg-type]
                 x = self._block(x, layer, cache.kv[i], start, attn)
                 if i in layers:
@@ -226,12 +228,11 @@ def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cac
     T, start = x.shape[1], cache.length
     if start + T > cache.capacity:
         raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
-    attn = cached_attn(mask, start, T, x)
     if block._native is not None and T <= native.MAX_T and x.dtype == torch.float32 and cache.kv.is_contiguous():
         h = x[0].clone(memory_format=torch.contiguous_format)  # the C code updates its input in place
-        block._native.run(h, cache.kv, start, attn)
+        block._native.run(h, cache.kv, start, None if mask is None else cached_attn(mask, start, T, x))  # None: causal
     else:
-        h = block_step(x[0], block._fast_layer, cache.kv[0], start, attn, block.n_head)
+        h = block_step(x[0], block._fast_layer, cache.kv[0], start, cached_attn(mask, start, T, x), block.n_head)
     cache.length = start + T
     return h[None]
 

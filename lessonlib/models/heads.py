@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
+from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, native, read_meta
 from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
 from lessonlib.models.fast import head_block, linear
 from lessonlib.models.loop import distillation_loss
@@ -61,6 +62,37 @@ class EagleHead(nn.Module):
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.fc.weight.dtype)
+
+    def step(self, target: GPT, tokens: np.ndarray, features: torch.Tensor, cache: KVCache,
+             mask: np.ndarray | None = None, last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a drafter runs: (g (T, C), logits) of ``tokens`` (T,) paired with ``features``
+        (T, C), or fused-width ones, after ``cache`` (batch 1); logits (T, V), or (1, V) of the
+        last token when ``last``; ``mask`` (T, n_fed + T) bool as in ``forward``, None causal.
+        One native call (``native_step``) when it runs here, every new token sees the whole
+        cache (causal) and the logits asked for are one row: a chain's draft step, a commit;
+        else ``forward``, then the target's head."""
+        step = native_step(self, target)
+        causal = mask is None or len(tokens) == 1 and bool(mask.all())
+        if step is not None and causal and (last or len(tokens) == 1) and len(tokens) <= step.max_tokens:
+            g, logits = step(tokens, features, cache)
+            return g, logits[None]
+        idx = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]
+        g = self(target, idx, features[None], None if mask is None else torch.from_numpy(mask), cache)[0]
+        return g, target.lm_head(g[-1:] if last else g)
+
+
+def native_step(head: EagleHead, target: GPT) -> native.EagleStep | None:
+    """``head``'s one-token draft step beside ``target`` in one native call (``native.eagle_step``),
+    or None where the native forward does not run it. Kept on the head, keyed by the weights'
+    storage and the target's native forward, like ``fast.fast_one_block``'s prepared block."""
+    blocks = getattr(target, "native", None)
+    fuse = getattr(head, "fuse", None)
+    key = (head.fc.weight.data_ptr(), head.block.qkv.weight.data_ptr(),
+           None if fuse is None else fuse.weight.data_ptr(), id(target), id(blocks), native.enabled())
+    if getattr(head, "_step_key", None) != key:
+        head._step = native.eagle_step(head.fc, head.block, target.wte.weight, blocks, fuse)
+        head._step_key = key
+    return head._step
 
 
 def fusion_layers(n_layer: int) -> tuple[int, ...]:

@@ -16,6 +16,11 @@ memory bound) and ``bench peers`` (against llama.cpp on the same weights).
 * Weights stay float32 unless every matrix of the model is exactly representable in half
   precision (the shipped checkpoints are stored as float16): then the C code reads half-precision
   copies, half the bytes, the same numbers.
+* Matrices whose output width is a multiple of ``PANEL`` (every shipped one) are packed in panels
+  (``to_panels``): a verify pass over several tokens then widens each weight once and needs no
+  horizontal sums (``native.c``'s ``panels()`` has the measurements).
+* ``EagleStep`` runs an EAGLE head's fuse, fc and block and the target's tied head in one call: a
+  chain's draft step and a round's commit (``heads.EagleHead.step``).
 * It runs on ``torch.get_num_threads()`` threads (the course's policy, ``lessonlib.threads``),
   splitting only the products and attention large enough to pay for a second thread.
 * ``LESSONLIB_NATIVE=0`` turns it off (the PyTorch fast path runs; benchmarks compare the two);
@@ -34,7 +39,9 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from typing import cast
 
+import numpy as np
 import torch
 
 from lessonlib import paths
@@ -126,10 +133,12 @@ def library() -> ctypes.CDLL | None:
         _why = f"the native forward did not build: {error}"
         return None
     p, i = ctypes.c_void_p, ctypes.c_int
-    lib.lessonlib_blocks.argtypes = [i, i, i, i, i, p, p, p, i, p, i, p, p, p, i]
-    lib.lessonlib_head.argtypes = [i, i, i, p, p, p, p, i, p]
+    lib.lessonlib_blocks.argtypes = [i, i, i, i, i, i, p, p, p, i, p, i, p, p, p, i]
+    lib.lessonlib_head.argtypes = [i, i, i, i, p, p, p, p, i, p]
+    lib.lessonlib_eagle_step.argtypes = [i, i, i, i, i, p, i, p, i, p, i, p, p, p, p, p, p, p, i, i, i, p, p, p, p, p]
     lib.lessonlib_set_threads.argtypes = [i]
     lib.lessonlib_blocks.restype = lib.lessonlib_head.restype = lib.lessonlib_has_f16.restype = i
+    lib.lessonlib_eagle_step.restype = i
     _lib, _why = lib, f"built ({'half-precision weights' if lib.lessonlib_has_f16() else 'float32 weights only'})"
     return lib
 
@@ -158,15 +167,30 @@ def _threads(lib: ctypes.CDLL) -> None:
         _threads_set[id(lib)] = n
 
 
+PANEL = 16  # outputs per panel (native.c's panels()): a matrix whose out is a multiple of it is packed so
+
+
+def to_panels(w: torch.Tensor) -> torch.Tensor:
+    """(out, in) -> (out / PANEL, in, PANEL) contiguous: each panel's outputs side by side per input."""
+    out, n_in = w.shape
+    return w.reshape(out // PANEL, PANEL, n_in).transpose(1, 2).contiguous()
+
+
 class Blocks:
     """Blocks (``gpt.Block``) ready for ``native.c``: their matrices (half precision when every
-    one of them is exact in it), the pointers the C code reads, and the tied head when given."""
+    one of them is exact in it; in panels when native.c has its vector kernels and every output
+    width is a multiple of ``PANEL``), the pointers the C code reads, and the tied head when given."""
 
     def __init__(self, lib: ctypes.CDLL, blocks: Sequence, head: tuple | None, f16: bool):
         self.lib, self.f16 = lib, int(f16)
         first = blocks[0]
         self.n_layer, self.C, self.H = len(blocks), first.qkv.weight.shape[1], first.n_head
-        cast = (lambda w: w.detach().half().contiguous()) if f16 else (lambda w: w.detach().float().contiguous())
+        widths = [getattr(b, n).weight.shape[0] for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
+        if head is not None:
+            widths.append(head[0].shape[0])
+        self.panel = int(bool(lib.lessonlib_has_f16()) and all(w % PANEL == 0 for w in widths))
+        layout = to_panels if self.panel else (lambda w: w.contiguous())
+        cast = (lambda w: layout(w.detach().half())) if f16 else (lambda w: layout(w.detach().float()))
         self.mats = [cast(getattr(b, n).weight) for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
         self.vecs = [v.detach().float().contiguous() for b in blocks
                      for v in (b.ln_1.weight, b.ln_1.bias, b.qkv.bias, b.proj.bias, b.ln_2.weight, b.ln_2.bias,
@@ -176,6 +200,7 @@ class Blocks:
         self.head = None
         if head is not None:  # (wte (V, C), ln_f): the tied LM head
             wte, ln_f = head
+            self.V = wte.shape[0]
             self.head = (cast(wte), ln_f.weight.detach().float().contiguous(), ln_f.bias.detach().float().contiguous())
 
     @property
@@ -196,8 +221,8 @@ class Blocks:
             keep_layers = tuple(sorted(set(keep_layers)))  # in block order, as the readable forward keeps them
             keep = torch.empty(T, len(keep_layers) * self.C)
             layers = (ctypes.c_int * len(keep_layers))(*keep_layers)
-        code = self.lib.lessonlib_blocks(self.n_layer, self.C, self.H, kv.shape[-2], self.f16, self.mat_ptrs,
-                                         self.vec_ptrs, x.data_ptr(), T, kv.data_ptr(), start,
+        code = self.lib.lessonlib_blocks(self.n_layer, self.C, self.H, kv.shape[-2], self.f16, self.panel,
+                                         self.mat_ptrs, self.vec_ptrs, x.data_ptr(), T, kv.data_ptr(), start,
                                          None if mask is None else mask.data_ptr(),
                                          None if keep is None else keep.data_ptr(), layers, len(keep_layers))
         if code:
@@ -209,8 +234,8 @@ class Blocks:
         assert self.head is not None
         W, w, b = self.head
         _threads(self.lib)
-        out = torch.empty(x.shape[0], W.shape[0])
-        code = self.lib.lessonlib_head(self.C, W.shape[0], self.f16, W.data_ptr(), w.data_ptr(), b.data_ptr(),
+        out = torch.empty(x.shape[0], self.V)
+        code = self.lib.lessonlib_head(self.C, self.V, self.f16, self.panel, W.data_ptr(), w.data_ptr(), b.data_ptr(),
                                        x.contiguous().data_ptr(), x.shape[0], out.data_ptr())
         if code:
             raise MemoryError(f"native head failed with code {code}")
@@ -235,3 +260,68 @@ def prepare(blocks: Sequence, head: tuple | None = None) -> Blocks | None:
         mats.append(head[0])
     exact = bool(lib.lessonlib_has_f16()) and all(torch.equal(m, m.half().float()) for m in mats)
     return Blocks(lib, blocks, head, exact)
+
+
+class EagleStep:
+    """An EAGLE head over new tokens in one ``native.c`` call (``lessonlib_eagle_step``): EAGLE-3's
+    ``fuse`` when given, the input map ``fc``, the block (``Blocks``, one layer), the target's
+    embedding and tied head. Built by ``eagle_step``; ``EagleDrafter`` runs it for a chain's draft
+    step and for a round's commit."""
+
+    def __init__(self, lib: ctypes.CDLL, block: Blocks, fc: tuple[torch.Tensor, torch.Tensor],
+                 fuse: tuple[torch.Tensor, torch.Tensor] | None, wte: torch.Tensor, head: Blocks):
+        self.lib, self.block, self.head, self.fc, self.fuse, self.wte = lib, block, head, fc, fuse, wte
+        self.C, self.V = block.C, head.V  # the tensors are kept: the C code reads their memory
+        self.max_tokens = MAX_T  # a longer commit (a long prompt's) runs the head module by module
+
+    def __call__(self, tokens: np.ndarray, features: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """(g (T, C), logits (V,) after the last token) of ``tokens`` (T,) int64, ids of the
+        target's vocabulary, paired with ``features`` (T, C) -- or (T, F) for the fused map --
+        after the head's ``cache`` (a ``gpt.KVCache``), which gets the tokens' keys/values."""
+        b, h = self.block, self.head
+        W, w, bias = cast(tuple, h.head)
+        T, F = features.shape
+        kv, start = cache.kv, cache.length
+        if start + T > cache.capacity:
+            raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
+        features = features.float().contiguous()
+        if F != self.C and self.fuse is None:
+            raise ValueError(f"features must be {self.C} wide, got {F}")
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        fuse_w, fuse_b = (None, None) if self.fuse is None or F == self.C else (t.data_ptr() for t in self.fuse)
+        _threads(self.lib)
+        g, logits = torch.empty(T, self.C), torch.empty(self.V)
+        code = self.lib.lessonlib_eagle_step(self.C, b.H, kv.shape[-2], b.f16, b.panel, self.wte.data_ptr(), self.V,
+                                             tokens.ctypes.data, T, features.data_ptr(), F, fuse_w, fuse_b,
+                                             self.fc[0].data_ptr(), self.fc[1].data_ptr(), b.mat_ptrs, b.vec_ptrs,
+                                             kv.data_ptr(), start, h.f16, h.panel, W.data_ptr(), w.data_ptr(),
+                                             bias.data_ptr(), g.data_ptr(), logits.data_ptr())
+        if code == -3:
+            raise ValueError(f"tokens must be token ids in [0, {self.V}), got {tokens.tolist()}")
+        if code:
+            raise MemoryError(f"native EAGLE step failed with code {code}")
+        cache.length = start + T
+        return g, logits
+
+
+def eagle_step(fc, block, wte: torch.Tensor, head: Blocks | None, fuse=None) -> EagleStep | None:
+    """An ``EagleStep`` for a head's ``fc`` (C <- 2C), ``block`` and EAGLE-3's ``fuse`` (C <- F, or
+    None) beside a target whose native forward is ``head`` (its ``Blocks``, with the tied head)
+    and embedding ``wte`` (V, C); None when the native forward does not run them (``prepare``'s
+    conditions) or a map's weights are not read as the block's (half precision for all, or none)."""
+    if head is None or head.head is None or wte.dtype != torch.float32 or not wte.is_contiguous():
+        return None
+    blocks = prepare([block])
+    if blocks is None or fc.weight.shape != (blocks.C, 2 * blocks.C):
+        return None
+    maps = []
+    for linear in (fc, fuse):
+        if linear is None:
+            maps.append(None)
+            continue
+        w = linear.weight.detach()
+        if blocks.f16 and not torch.equal(w, w.half().float()):
+            return None
+        w = w.half() if blocks.f16 else w.float()
+        maps.append((to_panels(w) if blocks.panel else w.contiguous(), linear.bias.detach().float().contiguous()))
+    return EagleStep(blocks.lib, blocks, maps[0], maps[1], wte.detach(), head)

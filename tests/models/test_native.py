@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from lessonlib import models
+from lessonlib.core import tree
 from lessonlib.decoding import decode
-from lessonlib.models import FastGPT, native
+from lessonlib.decoding.drafters import EagleDrafter
+from lessonlib.models import FastGPT, heads, native
 from lessonlib.models.fast import head_block
 from lessonlib.models.gpt import one_block
 from lessonlib.models.heads import load_head
@@ -76,6 +78,42 @@ def test_half_precision_weights_only_when_exact(target):
     assert any(not torch.equal(rounded[k], v) for k, v in model.state_dict().items())
 
 
+@torch.inference_mode()
+@pytest.mark.parametrize("n_embd, vocab", [(32, 64), (24, 20)])
+def test_both_layouts_match_the_readable_model_at_every_token_count(n_embd, vocab):
+    """native.c packs the matrices in panels of 16 outputs when every output width is a multiple
+    of 16 (the shipped models) and reads them row-major otherwise (24 wide: qkv 72; vocabulary
+    20). Either way every count of new tokens -- one, the token groups of 2 to 6, groups split
+    evenly past 6 -- and a tree mask give the readable model's logits and cache."""
+    model = context_gpt(3, vocab=vocab, n_layer=2, n_embd=n_embd, n_head=n_embd // 8).float()
+    fast = FastGPT.from_gpt(model)
+    if fast.native is None:
+        pytest.skip(native.status())
+    assert fast.native.panel == (n_embd % 16 == 0 and vocab % 16 == 0 and native.library().lessonlib_has_f16())
+    rng = np.random.default_rng(n_embd)
+    for n_new in (1, 2, 3, 4, 5, 6, 7, 13):
+        tokens = torch.as_tensor(rng.integers(0, vocab, (1, 9 + n_new)))
+        for a, b in zip(_readable_logits(fast, tokens, 9), _readable_logits(model, tokens, 9)):
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    parents = tree.with_root(np.array([-1, 0, 0, 1, 1, 2, 4], dtype=np.int64))  # a tree of 7 nodes after a root
+    mask = torch.from_numpy(tree.tree_attention_mask(parents))
+    positions = torch.as_tensor(tree.tree_position_ids(parents, 9))
+    tokens = torch.as_tensor(rng.integers(0, vocab, (1, 9 + len(parents))))
+    caches, outs = [fast.new_cache(), model.new_cache()], []
+    for m, cache in zip((fast, model), caches):
+        m(tokens[:, :9], cache=cache)
+        outs.append(m(tokens[:, 9:], positions=positions, mask=mask, cache=cache))
+    torch.testing.assert_close(outs[0], outs[1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(caches[0].kv[..., :caches[0].length, :], caches[1].kv[..., :caches[1].length, :],
+                               atol=ATOL, rtol=0)
+
+
+def test_the_shipped_models_read_panels(target):
+    """Every output width of the shipped target (160, 480, 640, 2048) is a multiple of 16."""
+    assert target.native.panel == native.library().lessonlib_has_f16()
+    assert native.to_panels(torch.arange(32.0).reshape(16, 2))[0, 1, 3] == 7.0  # output 3, input 1
+
+
 @torch.no_grad()
 def test_head_block_runs_native_and_equals_the_readable_block(target):
     head = load_head("eagle3", target)
@@ -85,6 +123,33 @@ def test_head_block_runs_native_and_equals_the_readable_block(target):
     assert head.block._native is not None  # prepared for native.c on the first call
     torch.testing.assert_close(got, one_block(head.block, x, None, caches[1]), atol=ATOL, rtol=0)
     torch.testing.assert_close(caches[0].kv[:, :, :, :5], caches[1].kv[:, :, :, :5], atol=ATOL, rtol=0)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_the_native_eagle_step_equals_the_head_it_fuses(target, kind):
+    """A chain's draft step and a round's commit run the head's fuse (EAGLE-3), fc and block and
+    the target's tied head in one native call (``native.EagleStep``): the same tokens,
+    log-probability rows, features g and head cache as the head's PyTorch path, module by module."""
+    head = load_head(kind, target)
+    assert heads.native_step(head, target) is not None
+    assert heads.native_step(head, target) is heads.native_step(head, target)  # kept on the head
+    drafters = [EagleDrafter(head, target), EagleDrafter(load_head(kind, target), target)]
+    prompt = np.random.default_rng(5).integers(0, 2048, 30).tolist()
+    cache = target.new_cache()
+    _, feats = target(torch.tensor([prompt]), cache=cache, return_hidden=drafters[0].feature_layers or True)
+    drafters[0].commit(prompt, feats[0, :-1])
+    got = drafters[0].chain(5, None, None)
+    with native.turned_off():
+        assert heads.native_step(drafters[1].head, target) is None
+        drafters[1].commit(prompt, feats[0, :-1])
+        want = drafters[1].chain(5, None, None)
+    np.testing.assert_array_equal(got.tokens, want.tokens)
+    np.testing.assert_allclose(drafters[0].logq, drafters[1].logq, atol=1e-4, rtol=0)
+    torch.testing.assert_close(drafters[0].g, drafters[1].g, atol=ATOL, rtol=0)
+    n = drafters[1].cache.length
+    assert drafters[0].cache.length == n == 30 - 1 + 4  # the committed features, then 4 fed chain nodes
+    torch.testing.assert_close(drafters[0].cache.kv[..., :n, :], drafters[1].cache.kv[..., :n, :], atol=ATOL, rtol=0)
 
 
 def test_turned_off_and_bad_settings(monkeypatch):
