@@ -60,10 +60,20 @@ def top_k_filter(p: npt.ArrayLike, k: int) -> np.ndarray:
     """Keep the k most likely entries of each row (ties broken by index), renormalise.
     ``p``: (V,) or (N, V); returns the same shape."""
     p = check_probs(p)
-    k = check_int(k, "k", minimum=1, maximum=p.shape[-1])
-    keep = np.argsort(-p, axis=-1, kind="stable")[..., :k]
-    out = np.zeros_like(p)
-    np.put_along_axis(out, keep, np.take_along_axis(p, keep, axis=-1), axis=-1)
+    return _top_k(p, check_int(k, "k", minimum=1, maximum=p.shape[-1]))
+
+
+def _top_k(p: np.ndarray, k: int) -> np.ndarray:
+    """``top_k_filter`` without the checks. Per row: every entry above the k-th largest value,
+    then the entries equal to it in index order until k are kept (a partition, no sort)."""
+    rows = p.reshape(-1, p.shape[-1])
+    out = np.zeros_like(rows)
+    for r, row in enumerate(rows):
+        t = np.partition(row, row.size - k)[row.size - k]  # the k-th largest value
+        keep = row > t
+        keep[np.flatnonzero(row == t)[: k - int(keep.sum())]] = True  # ties: the lower indices
+        out[r, keep] = row[keep]
+    out = out.reshape(p.shape)
     return out / out.sum(axis=-1, keepdims=True)
 
 
@@ -72,12 +82,32 @@ def top_p_filter(p: npt.ArrayLike, top_p: float) -> np.ndarray:
     (always at least one), renormalise. ``p``: (V,) or (N, V); returns the same shape."""
     p = check_probs(p)
     check_interval(top_p, "top_p", "(0, 1]")
-    order = np.argsort(-p, axis=-1, kind="stable")
-    sorted_p = np.take_along_axis(p, order, axis=-1)
-    # keep an entry if the mass strictly before it is still short of top_p
-    keep_sorted = np.cumsum(sorted_p, axis=-1) - sorted_p < top_p
-    out = np.zeros_like(p)
-    np.put_along_axis(out, order, sorted_p * keep_sorted, axis=-1)
+    return _nucleus(p, top_p)
+
+
+def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """``top_p_filter`` without the checks. Per row, the entries are ordered by probability,
+    ties by index, and kept while the mass strictly before them is short of top_p. Only a prefix
+    of that order is sorted: the entries at or above the m-th largest value (m = 256, then 2,048,
+    ...), enough once their mass reaches top_p, since every later entry then has at least that
+    mass before it. The cumulative sums of the prefix are the full order's, so the same entries
+    are kept as by sorting all V (a nucleus at T = 1 over 2,048 tokens: one sort of 2,048 cost
+    about 0.2 ms per row, more than the draft step it followed)."""
+    rows = p.reshape(-1, p.shape[-1])
+    out = np.zeros_like(rows)
+    V = rows.shape[-1]
+    for r, row in enumerate(rows):
+        m = min(256, V)
+        while True:
+            cand = np.flatnonzero(row >= np.partition(row, V - m)[V - m]) if m < V else np.arange(V)
+            order = cand[np.argsort(-row[cand], kind="stable")]  # cand is in index order: ties stay so
+            mass = np.cumsum(row[order])
+            if m >= V or mass[-1] >= top_p:
+                break
+            m = min(8 * m, V)
+        kept = mass - row[order] < top_p  # the mass strictly before each entry is still short of top_p
+        out[r, order[kept]] = row[order[kept]]
+    out = out.reshape(p.shape)
     return out / out.sum(axis=-1, keepdims=True)
 
 
@@ -107,9 +137,9 @@ def process(logits: npt.ArrayLike, temperature: float, top_k: int | None = None,
     if temperature <= GREEDY_TEMPERATURE:
         return p
     if top_k is not None and top_k < p.shape[-1]:
-        p = top_k_filter(p, top_k)
+        p = _top_k(p, top_k)  # p came from softmax: no checks needed
     if top_p is not None and top_p < 1.0:
-        p = top_p_filter(p, top_p)
+        p = _nucleus(p, top_p)
     if min_p:
         p = np.where(p >= min_p * p.max(axis=-1, keepdims=True), p, 0.0)
         p /= p.sum(axis=-1, keepdims=True)

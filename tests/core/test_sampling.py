@@ -68,6 +68,36 @@ def test_acceptance_rate_is_one_minus_tv():
     assert acceptance_rate([1.0, 0.0], [0.0, 1.0]) == 0.0
 
 
+def _sorted_truncation(p, k=None, top_p=None):
+    """The definitions, by a full stable sort of every row (probability descending, index ascending)."""
+    order = np.argsort(-p, axis=-1, kind="stable")
+    sorted_p = np.take_along_axis(p, order, axis=-1)
+    keep = np.zeros_like(sorted_p, dtype=bool)
+    if k is not None:
+        keep[..., :k] = True
+    else:
+        keep = np.cumsum(sorted_p, axis=-1) - sorted_p < top_p  # the mass strictly before is short of top_p
+    out = np.zeros_like(p)
+    np.put_along_axis(out, order, sorted_p * keep, axis=-1)
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("rows", ["ties", "zeros", "flat", "peaked"])
+def test_truncation_keeps_what_a_full_stable_sort_keeps(rows):
+    """top_k_filter partitions and top_p_filter sorts only a prefix of the order (256 entries
+    first): on rows with ties, zeros, a nucleus wider than that prefix and a narrow one, both
+    give the full sort's result bit for bit."""
+    rng = np.random.default_rng(len(rows))
+    z = {"ties": rng.integers(0, 4, (6, 700)).astype(float), "zeros": np.where(rng.random((6, 700)) < 0.6, -np.inf, 0.0),
+         "flat": rng.normal(size=(6, 2048)) * 0.3, "peaked": rng.normal(size=(6, 2048)) * 4}[rows]
+    z[:, 0] = 1.0  # every row keeps a finite entry
+    p = softmax(z)
+    for top_p in (0.05, 0.5, 0.9, 0.95, 0.999):
+        np.testing.assert_array_equal(top_p_filter(p, top_p), _sorted_truncation(p, top_p=top_p))
+    for k in (1, 3, 50, 699):
+        np.testing.assert_array_equal(top_k_filter(p, k), _sorted_truncation(p, k=k))
+
+
 def test_top_k_and_top_p_filters():
     p = np.array([0.1, 0.4, 0.2, 0.3])
     np.testing.assert_allclose(top_k_filter(p, 2), [0, 4 / 7, 0, 3 / 7])
