@@ -88,7 +88,8 @@ def test_truncation_keeps_what_a_full_stable_sort_keeps(rows):
     first): on rows with ties, zeros, a nucleus wider than that prefix and a narrow one, both
     give the full sort's result bit for bit."""
     rng = np.random.default_rng(len(rows))
-    z = {"ties": rng.integers(0, 4, (6, 700)).astype(float), "zeros": np.where(rng.random((6, 700)) < 0.6, -np.inf, 0.0),
+    z = {"ties": rng.integers(0, 4, (6, 700)).astype(float),
+         "zeros": np.where(rng.random((6, 700)) < 0.6, -np.inf, 0.0),
          "flat": rng.normal(size=(6, 2048)) * 0.3, "peaked": rng.normal(size=(6, 2048)) * 4}[rows]
     z[:, 0] = 1.0  # every row keeps a finite entry
     p = softmax(z)

@@ -208,7 +208,8 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
 # messages.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
-# three table rows begin with a value or pad a value that holds spaces; "{word}" is shown through messages.word.
+# three table rows begin with a value or pad a value that holds spaces; in the last three, "{word}" is shown through
+# messages.word (above, below, overlaps: the reader's language at run time, English in the stored output).
 SAID_NOT_ROUND_TRIP = {
     "       draft-kl     draft-ce     draft-kl    draft-kl   draft-kl        draft-kl   draft-kl",
     "{n} positions", "{n} judged drafts",
@@ -216,6 +217,8 @@ SAID_NOT_ROUND_TRIP = {
     "tree {tree:28s} τ {tree_tau:.2f} {tree_speedup:.2f}",
     "after {seen:18} proposes {proposal:30} target wrote {wrote:30} {agree} accepted",
     "    table of record      {theirs:.2f}: this run's speedup {word} it",
+    "    the chain's gain against the tree's: {word} ({c:.2f} against {t:.2f})",
+    "    {name} at T = {t:g}: the speedup measured here ({here}) {word} the record's ({record})",
 }
 
 
