@@ -12,7 +12,7 @@ Probability rows live on the last axis (..., V). The input checks are ``core.val
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -66,12 +66,20 @@ def top_k_filter(p: npt.ArrayLike, k: int) -> np.ndarray:
 def _top_k(p: np.ndarray, k: int) -> np.ndarray:
     """``top_k_filter`` without the checks. Per row: every entry above the k-th largest value,
     then the entries equal to it in index order until k are kept (a partition, no sort)."""
-    rows = p.reshape(-1, p.shape[-1])
-    out = np.zeros_like(rows)
-    for r, row in enumerate(rows):
+    def kept(row: np.ndarray) -> np.ndarray:
         t = np.partition(row, row.size - k)[row.size - k]  # the k-th largest value
         keep = row > t
         keep[np.flatnonzero(row == t)[: k - int(keep.sum())]] = True  # ties: the lower indices
+        return keep
+    return _keep_rows(p, kept)
+
+
+def _keep_rows(p: np.ndarray, kept: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Each row (V,) of ``p`` (..., V) zeroed outside ``kept(row)`` (a mask or indices), renormalised."""
+    rows = p.reshape(-1, p.shape[-1])
+    out = np.zeros_like(rows)
+    for r, row in enumerate(rows):
+        keep = kept(row)
         out[r, keep] = row[keep]
     out = out.reshape(p.shape)
     return out / out.sum(axis=-1, keepdims=True)
@@ -93,10 +101,9 @@ def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
     mass before it. The cumulative sums of the prefix are the full order's, so the same entries
     are kept as by sorting all V (a nucleus at T = 1 over 2,048 tokens: one sort of 2,048 cost
     about 0.2 ms per row, more than the draft step it followed)."""
-    rows = p.reshape(-1, p.shape[-1])
-    out = np.zeros_like(rows)
-    V = rows.shape[-1]
-    for r, row in enumerate(rows):
+    V = p.shape[-1]
+
+    def kept(row: np.ndarray) -> np.ndarray:
         m = min(256, V)
         while True:
             cand = np.flatnonzero(row >= np.partition(row, V - m)[V - m]) if m < V else np.arange(V)
@@ -105,10 +112,8 @@ def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
             if m >= V or mass[-1] >= top_p:
                 break
             m = min(8 * m, V)
-        kept = mass - row[order] < top_p  # the mass strictly before each entry is still short of top_p
-        out[r, order[kept]] = row[order[kept]]
-    out = out.reshape(p.shape)
-    return out / out.sum(axis=-1, keepdims=True)
+        return order[mass - row[order] < top_p]  # the mass strictly before each entry is still short of top_p
+    return _keep_rows(p, kept)
 
 
 def check_truncation(top_k: object = None, top_p: object = None, min_p: object = None) -> None:

@@ -128,9 +128,7 @@ class FastGPT(GPT):
         x = self._embed(idx[0], positions, start)  # (T, C)
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
         if self.native is not None and T <= native.MAX_T and cache.kv.is_contiguous():
-            # every block in one call, x in place; no mask is causal over the cache there, none to build
-            attn = None if mask is None else cached_attn(mask, start, T, x)
-            fused = self.native.run(x, cache.kv, start, attn, layers)
+            fused = self.native.run(x, cache.kv, start, native_attn(mask, start, T, x), layers)  # x in place
         else:
             kept: list[torch.Tensor] = []
             attn = cached_attn(mask, start, T, x)
@@ -174,6 +172,12 @@ def cached_attn(mask: torch.Tensor | None, start: int, T: int, x: torch.Tensor) 
     if T == 1 and mask is not None and mask.ndim == 2 and mask.shape[0] == 1 and bool(mask.all()):
         return None  # one new token that may see every position: a chain's draft step, no mask to build
     return prefix_mask(mask, start, T, x.device, x.dtype)
+
+
+def native_attn(mask: torch.Tensor | None, start: int, T: int, x: torch.Tensor) -> torch.Tensor | None:
+    """``cached_attn`` for ``native.c``, where no mask means causal over the whole cache at any
+    ``start``: no mask is built for a chain's verify pass or a commit."""
+    return None if mask is None else cached_attn(mask, start, T, x)
 
 
 def _t(linear) -> torch.Tensor:  # (out, in) -> (in, out), contiguous
@@ -230,7 +234,7 @@ def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cac
         raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
     if block._native is not None and T <= native.MAX_T and x.dtype == torch.float32 and cache.kv.is_contiguous():
         h = x[0].clone(memory_format=torch.contiguous_format)  # the C code updates its input in place
-        block._native.run(h, cache.kv, start, None if mask is None else cached_attn(mask, start, T, x))  # None: causal
+        block._native.run(h, cache.kv, start, native_attn(mask, start, T, x))
     else:
         h = block_step(x[0], block._fast_layer, cache.kv[0], start, cached_attn(mask, start, T, x), block.n_head)
     cache.length = start + T

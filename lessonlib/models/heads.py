@@ -73,7 +73,7 @@ class EagleHead(nn.Module):
         else ``forward``, then the target's head."""
         step = native_step(self, target)
         causal = mask is None or len(tokens) == 1 and bool(mask.all())
-        if step is not None and causal and (last or len(tokens) == 1) and len(tokens) <= step.max_tokens:
+        if step is not None and causal and (last or len(tokens) == 1) and len(tokens) <= native.MAX_T:
             g, logits = step(tokens, features, cache)
             return g, logits[None]
         idx = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]

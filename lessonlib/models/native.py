@@ -189,9 +189,7 @@ class Blocks:
         if head is not None:
             widths.append(head[0].shape[0])
         self.panel = int(bool(lib.lessonlib_has_f16()) and all(w % PANEL == 0 for w in widths))
-        layout = to_panels if self.panel else (lambda w: w.contiguous())
-        cast = (lambda w: layout(w.detach().half())) if f16 else (lambda w: layout(w.detach().float()))
-        self.mats = [cast(getattr(b, n).weight) for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
+        self.mats = [self.pack(getattr(b, n).weight) for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
         self.vecs = [v.detach().float().contiguous() for b in blocks
                      for v in (b.ln_1.weight, b.ln_1.bias, b.qkv.bias, b.proj.bias, b.ln_2.weight, b.ln_2.bias,
                                b.fc.bias, b.fc_out.bias)]
@@ -201,7 +199,13 @@ class Blocks:
         if head is not None:  # (wte (V, C), ln_f): the tied LM head
             wte, ln_f = head
             self.V = wte.shape[0]
-            self.head = (cast(wte), ln_f.weight.detach().float().contiguous(), ln_f.bias.detach().float().contiguous())
+            self.head = (self.pack(wte), ln_f.weight.detach().float().contiguous(),
+                         ln_f.bias.detach().float().contiguous())
+
+    def pack(self, w: torch.Tensor) -> torch.Tensor:
+        """A matrix (out, in) as these blocks' matrices are read: their precision, their layout."""
+        w = w.detach().half() if self.f16 else w.detach().float()
+        return to_panels(w) if self.panel else w.contiguous()
 
     @property
     def nbytes(self) -> int:
@@ -258,8 +262,12 @@ def prepare(blocks: Sequence, head: tuple | None = None) -> Blocks | None:
     mats = [getattr(b, n).weight for b in blocks for n in ("qkv", "proj", "fc", "fc_out")]
     if head is not None:
         mats.append(head[0])
-    exact = bool(lib.lessonlib_has_f16()) and all(torch.equal(m, m.half().float()) for m in mats)
-    return Blocks(lib, blocks, head, exact)
+    return Blocks(lib, blocks, head, bool(lib.lessonlib_has_f16()) and all(map(exact_in_half, mats)))
+
+
+def exact_in_half(w: torch.Tensor) -> bool:
+    """Whether every entry of ``w`` is a half-precision number (then a half copy holds it exactly)."""
+    return torch.equal(w, w.half().float())
 
 
 class EagleStep:
@@ -272,7 +280,6 @@ class EagleStep:
                  fuse: tuple[torch.Tensor, torch.Tensor] | None, wte: torch.Tensor, head: Blocks):
         self.lib, self.block, self.head, self.fc, self.fuse, self.wte = lib, block, head, fc, fuse, wte
         self.C, self.V = block.C, head.V  # the tensors are kept: the C code reads their memory
-        self.max_tokens = MAX_T  # a longer commit (a long prompt's) runs the head module by module
 
     def __call__(self, tokens: np.ndarray, features: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """(g (T, C), logits (V,) after the last token) of ``tokens`` (T,) int64, ids of the
@@ -314,14 +321,9 @@ def eagle_step(fc, block, wte: torch.Tensor, head: Blocks | None, fuse=None) -> 
     blocks = prepare([block])
     if blocks is None or fc.weight.shape != (blocks.C, 2 * blocks.C):
         return None
-    maps = []
-    for linear in (fc, fuse):
-        if linear is None:
-            maps.append(None)
-            continue
-        w = linear.weight.detach()
-        if blocks.f16 and not torch.equal(w, w.half().float()):
-            return None
-        w = w.half() if blocks.f16 else w.float()
-        maps.append((to_panels(w) if blocks.panel else w.contiguous(), linear.bias.detach().float().contiguous()))
-    return EagleStep(blocks.lib, blocks, maps[0], maps[1], wte.detach(), head)
+    maps = [linear for linear in (fc, fuse) if linear is not None]
+    if blocks.f16 and not all(exact_in_half(linear.weight) for linear in maps):
+        return None
+    fc_map, fuse_map = ((blocks.pack(linear.weight), linear.bias.detach().float().contiguous())
+                        if linear is not None else None for linear in (fc, fuse))
+    return EagleStep(blocks.lib, blocks, cast(tuple, fc_map), fuse_map, wte.detach(), head)
