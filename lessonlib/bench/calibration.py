@@ -10,7 +10,9 @@ sees the target's true features and tokens), this measures alpha at T = 0 (top-1
 mean p(x) the target gives it (a calibrated draft has p = q on the diagonal; above it, the draft
 is under-confident; below, over-confident). The heads are trained with forward KL to the
 target's T = 1 distribution (``models.heads``: ``eagle_losses``, ``eagle3_losses``), the
-distribution-matching loss sampling wants.
+distribution-matching loss sampling wants. The report adds the "before" of that loss (``CONTROLS``):
+the same EAGLE head trained on the target's argmax alone (``train_heads --objective top1``) and
+the separate draft before its distillation (draft-ce: cross-entropy on the text).
 
 Writes ``outputs/benchmarks/calibration.json`` and ``calibration.md``.
 """
@@ -29,6 +31,9 @@ from lessonlib.models.distill import alpha_from_logits
 from lessonlib.models.heads import eagle_unroll, load_head, target_outputs
 
 TEMPERATURES = (0.0, 0.7, 1.0)
+# the "before" of distribution matching: the same architectures trained on a top-1 target
+CONTROLS = {"draft-ce": "draft-ce (text cross-entropy, before distillation)",
+            "eagle-top1": "EAGLE (top-1 loss: the target's argmax only)"}
 BINS = np.linspace(0.0, 1.0, 11)
 
 
@@ -40,18 +45,24 @@ def windows(n: int, length: int, seed: int = 0) -> torch.Tensor:
 
 
 @torch.no_grad()
-def pairs(directory=CHECKPOINTS, n_windows: int = 8) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
+          ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{draft: (target logits, draft logits)}, (positions, V) each, aligned: both predict the same
-    next token from the same prefix."""
+    next token from the same prefix. ``controls``: also the drafts trained without matching the
+    target's distribution (``CONTROLS``), where their checkpoints exist."""
     target = load("target", "cpu", directory)
     x = windows(n_windows, target.config.block_size)
     t_logits, h = target_outputs(target, x)
     out = {}
     draft = load("draft-kl", "cpu", directory)
     out["draft-kl"] = (t_logits[:, 1:], draft(x)[:, 1:])  # align with the heads: from position 1 on
-    for kind in ("eagle", "eagle3", "medusa"):
+    if controls and (directory / "draft-ce.safetensors").exists():
+        out[CONTROLS["draft-ce"]] = (t_logits[:, 1:], load("draft-ce", "cpu", directory)(x)[:, 1:])
+    names = ("eagle", "eagle3", "medusa") + (("eagle-top1",) if controls else ())
+    for name in names:
+        kind = name.split("-")[0]
         try:
-            head = load_head(kind, target, directory)
+            head = load_head(name, target, directory)
         except FileNotFoundError:
             continue
         if kind == "medusa":  # head 0 at s predicts x_{s+2}: the target's row at s + 1
@@ -61,7 +72,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8) -> dict[str, tuple[np.ndarr
         if kind == "eagle3":
             feats = head.fuse(feats)
         logits, _ = eagle_unroll(head, target, x, feats, 1)[0]  # depth 1, the target's true features
-        out["EAGLE" if kind == "eagle" else "EAGLE-3"] = (t_logits[:, 1:], logits)
+        out[CONTROLS.get(name, "EAGLE" if kind == "eagle" else "EAGLE-3")] = (t_logits[:, 1:], logits)
     V = t_logits.shape[-1]
     return {k: (a.reshape(-1, V).double().numpy(), b.reshape(-1, V).double().numpy()) for k, (a, b) in out.items()}
 
@@ -77,17 +88,22 @@ def measure(p_logits: np.ndarray, q_logits: np.ndarray) -> dict:
               "mean_q": float(qx[which == b].mean()), "mean_p": float(px[which == b].mean())}
              for b in range(len(BINS) - 1) if (which == b).any()]
     gap = sum(r["count"] * abs(r["mean_p"] - r["mean_q"]) for r in table) / len(qx)  # expected calibration error
-    return {"alpha": alpha, "reliability": table, "calibration_error": gap, "positions": int(len(qx))}
+    return {"alpha": alpha, "reliability": table, "calibration_error": gap,
+            "overconfidence": float(np.mean(qx - px)),  # > 0: the draft's top token is likelier to it than to p
+            "positions": int(len(qx))}
 
 
 def markdown(results: dict) -> str:
-    header = ["draft", "α T = 0 (top-1)", "α T = 0.7", "α T = 1", "calibration error (top token, T = 1)", "positions"]
+    header = ["draft", "α T = 0 (top-1)", "α T = 0.7", "α T = 1", "calibration error (top token, T = 1)",
+              "mean q(x) - p(x) (top token, T = 1)", "positions"]
     rows = [[name, *(f"{r['alpha'][f'{t:g}']:.3f}" for t in TEMPERATURES), f"{r['calibration_error']:.3f}",
-             r["positions"]] for name, r in results.items()]
+             f"{r['overconfidence']:+.3f}", r["positions"]] for name, r in results.items()]
     lines = ["# Teacher-forced calibration of every draft", "", common.markdown_table(header, rows), "",
              "α = mean over held-out code positions of Σ min(p_T, q_T), every draft teacher-forced at depth 1. "
              "Calibration error: the draft's top token binned by q(x) (10 bins), |mean p(x) - mean q(x)| weighted by "
-             "the bin's count. Reliability tables in calibration.json."]
+             "the bin's count; mean q(x) - p(x) above 0: over-confident. The drafts named in brackets are the "
+             "controls trained for a top-1 target (the EAGLE head on the target's argmax, the draft on the text): "
+             "the \"before\" of the forward KL the others were trained with. Reliability tables in calibration.json."]
     for name, r in results.items():
         lines += ["", f"{name}: " + ", ".join(f"q {b['q_from']:.1f}-{b['q_to']:.1f}: p {b['mean_p']:.2f} "
                                                f"(n {b['count']})" for b in r["reliability"])]
@@ -101,7 +117,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     started = time.time()
     n_threads = threads.apply()
-    results = {name: measure(*pq) for name, pq in pairs(n_windows=args.windows).items()}
+    results = {name: measure(*pq) for name, pq in pairs(n_windows=args.windows, controls=True).items()}
     report = {"setup": {"corpus": "code (held-out)", "windows": args.windows, "threads": n_threads,
                         "temperatures": list(TEMPERATURES), "seconds": round(time.time() - started, 1)},
               "machine": common.machine(), "drafts": results}

@@ -130,6 +130,7 @@ def rebuild_command(name: str) -> str:
     if name.startswith(("eagle", "medusa")):  # the shipped heads train together on one target forward per batch
         kind, _, suffix = name.partition("-")
         return (f"python -m lessonlib.models.train_heads {kind if suffix else 'all'}"
+                + (" --steps 1000 --objective top1" if suffix == "top1" else "")  # calibration's control
                 + (f" --suffix=-{suffix}" if suffix else ""))
     if name.endswith("-mtp"):  # MTP modules train with their target and ship beside it
         return rebuild_command(name.removesuffix("-mtp"))

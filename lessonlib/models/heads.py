@@ -207,21 +207,38 @@ def tempered_fkl(student, teacher, temperatures=(1.0,)):
     return sum(distillation_loss(student, teacher, "fkl", temperature=t) for t in temperatures) / len(temperatures)
 
 
-def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1, temperatures=(1.0,)):
-    """Per-step losses (forward KL to the target, ``tempered_fkl``, + REG_WEIGHT * smooth-L1 to
+OBJECTIVES = ("fkl", "top1")
+
+
+def head_loss(student, teacher, temperatures=(1.0,), objective="fkl"):
+    """A head's loss against the target's logits (both (..., V)). "fkl": ``tempered_fkl``, the
+    distribution matching that sampling wants. "top1": cross-entropy on the target's argmax
+    token alone, a head trained for top-1 agreement only (the control of ``bench calibration``:
+    its q is never taught the rest of p, so at T > 0 it keeps less)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective == "top1":
+        return distillation_loss(student, None, "ce", labels=teacher.argmax(-1))
+    return tempered_fkl(student, teacher, temperatures)
+
+
+def eagle_losses(head: EagleHead, target: GPT, x, t_logits, h, ttt_steps=1, temperatures=(1.0,),
+                 objective="fkl"):
+    """Per-step losses (``head_loss``: forward KL to the target by default, + REG_WEIGHT * smooth-L1 to
     its feature) and top-1 agreements with the target, over the positions where each step is
     meaningful."""
     teacher, h_next = t_logits[:, 1:].float(), h[:, 1:].float()
     losses, agree = [], []
     for j, (logits, g) in enumerate(eagle_unroll(head, target, x, h, ttt_steps)):
         student, t = logits[:, j:].float(), teacher[:, j:]
-        losses.append(tempered_fkl(student, t, temperatures)
+        losses.append(head_loss(student, t, temperatures, objective)
                       + REG_WEIGHT * F.smooth_l1_loss(g[:, j:].float(), h_next[:, j:]))
         agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
     return losses, agree
 
 
-def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_steps=3, temperatures=(1.0,)):
+def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_steps=3, temperatures=(1.0,),
+                  objective="fkl"):
     """EAGLE-3's losses: forward KL to the target per unroll step (direct token prediction, no
     feature regression) and top-1 agreements; step 0 reads the fused features."""
     fused = head.fuse(h_layers.to(head.fuse.weight.dtype))
@@ -229,19 +246,19 @@ def eagle3_losses(head: Eagle3Head, target: GPT, x, t_logits, h_layers, ttt_step
     losses, agree = [], []
     for j, (logits, _) in enumerate(eagle_unroll(head, target, x, fused, ttt_steps)):
         student, t = logits[:, j:].float(), teacher[:, j:]
-        losses.append(tempered_fkl(student, t, temperatures))
+        losses.append(head_loss(student, t, temperatures, objective))
         agree.append((student.argmax(-1) == t.argmax(-1)).float().mean())
     return losses, agree
 
 
-def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h, temperatures=(1.0,)):
+def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h, temperatures=(1.0,), objective="fkl"):
     """Per-head losses and agreements: head k at s vs the target's distribution of x_{s+2+k}."""
     logits = heads(target, h)
     losses, agree = [], []
     for k in range(heads.n_heads):
         shift = k + 1
         student, teacher = logits[k, :, :-shift].float(), t_logits[:, shift:].float()
-        losses.append(tempered_fkl(student, teacher, temperatures))
+        losses.append(head_loss(student, teacher, temperatures, objective))
         agree.append((student.argmax(-1) == teacher.argmax(-1)).float().mean())
     return losses, agree
 

@@ -4,6 +4,7 @@
     python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE with the training-time test alone
     python -m lessonlib.models.train_heads all     # EAGLE, EAGLE-3 and Medusa on one target forward per batch
     python -m lessonlib.models.train_heads all --temperatures 0.7 1 1.5   # the KL averaged over sampling temperatures
+    python -m lessonlib.models.train_heads eagle --steps 1000 --objective top1 --suffix=-top1   # calibration's control
 
 Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
 the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
@@ -21,7 +22,7 @@ import torch.nn as nn
 from lessonlib import cli
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
-from lessonlib.models.heads import build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
+from lessonlib.models.heads import OBJECTIVES, build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
 from lessonlib.models.loop import fit
 from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step
@@ -36,9 +37,12 @@ class Trainee(nn.Module):
     cost, so training EAGLE and Medusa at once halves it)."""
 
     def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT,
-                 temperatures=(1.0,)):
+                 temperatures=(1.0,), objective="fkl"):
         super().__init__()
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.temperatures = tuple(float(t) for t in temperatures)  # the forward KL is averaged over these
+        self.objective = objective  # "fkl" (distribution matching) or "top1" (the target's argmax only)
         if eagle3_ttt < 2:
             raise ValueError("eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), "
                              f"got {eagle3_ttt!r}")
@@ -60,11 +64,13 @@ class Trainee(nn.Module):
         out = {}
         for kind, head in self.heads.items():
             if kind == "eagle":
-                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps, self.temperatures)
+                out[kind] = eagle_losses(head, target, x, t_logits, h, self.ttt_steps, self.temperatures,
+                                         self.objective)
             elif kind == "eagle3":  # EAGLE-3 always trains with the training-time test
-                out[kind] = eagle3_losses(head, target, x, t_logits, fused, self.eagle3_ttt, self.temperatures)
+                out[kind] = eagle3_losses(head, target, x, t_logits, fused, self.eagle3_ttt, self.temperatures,
+                                          self.objective)
             else:
-                out[kind] = medusa_losses(head, target, t_logits, h, self.temperatures)
+                out[kind] = medusa_losses(head, target, t_logits, h, self.temperatures, self.objective)
         return out
 
 
@@ -95,16 +101,18 @@ def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=
 
 def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
                 seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False,
-                temperatures=(1.0,)):
+                temperatures=(1.0,), objective="fkl"):
     """Train EAGLE and/or Medusa heads on the frozen shipped target; save each as
     ``{kind}{suffix}`` and return {kind: meta}. ``resume``: start from those checkpoints (a new
     learning-rate schedule; steps, tokens and seconds add up in the metadata). ``temperatures``:
-    the forward KL to the target is averaged over these sampling temperatures (``heads.tempered_fkl``)."""
+    the forward KL to the target is averaged over these sampling temperatures (``heads.tempered_fkl``).
+    ``objective``: "fkl", or "top1" for cross-entropy on the target's argmax (``heads.head_loss``)."""
     target = load(target_name, device, directory)
     for p in target.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)
-    model = Trainee(target.config, kinds, n_heads, ttt_steps, temperatures=temperatures).to(target.device)
+    model = Trainee(target.config, kinds, n_heads, ttt_steps, temperatures=temperatures,
+                    objective=objective).to(target.device)
     before = {kind: {} for kind in kinds}
     if resume:
         for kind, head in model.heads.items():
@@ -124,6 +132,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
             "ttt_steps": {"eagle": ttt_steps, "eagle3": model.eagle3_ttt}.get(kind),
             "trained_with": list(kinds),
             "loss_temperatures": list(model.temperatures),
+            "objective": model.objective,
             "params": sum(p.numel() for p in head.parameters()),
             **run_metadata(state, steps, batch_size, target.device, seed, before[kind]),
             "heldout_top1_agreement_by_depth": agreement[kind],
@@ -151,6 +160,8 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue from the saved heads (new lr schedule)")
     parser.add_argument("--temperatures", type=cli.number(0, 10, low_open=True), nargs="+", default=[1.0],
                         help="average the forward KL over these sampling temperatures (default: 1)")
+    parser.add_argument("--objective", choices=OBJECTIVES, default="fkl",
+                        help="fkl: forward KL to the target (default); top1: cross-entropy on its argmax token only")
     parser.add_argument("--seed", type=cli.nonnegative_int, default=0)
     parser.add_argument("--device", type=cli.device, default=None)
     args = parser.parse_args(argv)
@@ -158,7 +169,7 @@ def main(argv=None):
     started = time.time()
     metas = train_heads(kinds, args.steps, args.minutes, args.ttt, args.heads, args.batch, args.lr, args.seed,
                         args.device, target_name=args.target, suffix=args.suffix, resume=args.resume,
-                        temperatures=args.temperatures)
+                        temperatures=args.temperatures, objective=args.objective)
     for meta in metas.values():
         print({k: meta[k]
                for k in ("name", "steps", "tokens_seen", "train_seconds", "heldout_top1_agreement_by_depth")})

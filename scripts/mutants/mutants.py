@@ -674,3 +674,18 @@ MUTANTS += [  # the chain drafting loop (TreeDrafter.chain): the rule's nodes, q
      "rows.append(self._feed(parents, tokens, new, np.ones((1, i + 1), dtype=bool), new * 0))",
      "every chain node fed at depth 0: the draft model sees the wrong positions"),
 ]
+CALIB = "lessonlib/bench/calibration.py"
+TESTS[CALIB] = ["tests/bench/test_sampled.py"]
+MUTANTS += [  # issue 26's control: a head trained for the target's top token alone, and the calibration it shows
+    ("heads", HEADS, "return distillation_loss(student, None, \"ce\", labels=teacher.argmax(-1))",
+     "return distillation_loss(student, None, \"ce\", labels=student.argmax(-1))",
+     "the top-1 objective's label is the head's own argmax, not the target's"),
+    ("heads", HEADS, "        losses.append(head_loss(student, t, temperatures, objective))\n",
+     "        losses.append(head_loss(student, t, temperatures))\n", "EAGLE-3 ignores the objective it is given"),
+    ("heads", THEADS, "medusa_losses(head, target, t_logits, h, self.temperatures, self.objective)",
+     "medusa_losses(head, target, t_logits, h, self.temperatures)", "the trainer drops Medusa's objective"),
+    ("bench", CALIB, "\"overconfidence\": float(np.mean(qx - px)),", "\"overconfidence\": float(np.mean(np.abs(qx - px))),",
+     "over-confidence loses its sign (an under-confident draft reads as over-confident)"),
+    ("bench", CALIB, "names = (\"eagle\", \"eagle3\", \"medusa\") + ((\"eagle-top1\",) if controls else ())",
+     "names = (\"eagle\", \"eagle3\", \"medusa\", \"eagle-top1\")", "the control head joins notebook 05's head list"),
+]

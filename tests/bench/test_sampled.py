@@ -6,6 +6,7 @@ import pytest
 
 from lessonlib.bench import calibration, sampled
 from lessonlib.core.tree_sampled import SampledRule
+from lessonlib.models import CHECKPOINTS
 
 
 def test_every_kind_gets_each_rule_once():
@@ -55,6 +56,24 @@ def test_calibration_of_a_perfect_and_a_biased_draft():
     assert over["calibration_error"] > 0.1 and over["alpha"]["1"] < 1
     assert all(b["mean_p"] <= b["mean_q"] + 1e-12 for b in over["reliability"])
     assert sum(b["count"] for b in over["reliability"]) == 400
+    assert same["overconfidence"] == pytest.approx(0.0, abs=1e-12) and over["overconfidence"] > 0.1
+    under = calibration.measure(logits, logits / 3)  # under-confident: the sign turns
+    assert under["overconfidence"] < -0.1 and under["calibration_error"] == pytest.approx(-under["overconfidence"])
+
+
+def test_calibration_pairs_its_controls_only_when_asked(tmp_path):
+    """The controls (top-1 trained twins) join the report, never notebook 05's head list; a
+    missing control checkpoint is skipped, not an error."""
+    assert all(name not in calibration.pairs(n_windows=1) for name in calibration.CONTROLS.values())
+    with_controls = calibration.pairs(n_windows=1, controls=True)
+    assert set(calibration.CONTROLS.values()) <= set(with_controls)
+    p, q = with_controls[calibration.CONTROLS["eagle-top1"]]
+    assert p.shape == q.shape and not np.array_equal(q, with_controls["EAGLE"][1])
+    for f in CHECKPOINTS.iterdir():  # the shipped set without the EAGLE control
+        if not f.name.startswith("eagle-top1"):
+            (tmp_path / f.name).symlink_to(f)
+    without = calibration.pairs(tmp_path, n_windows=1, controls=True)
+    assert calibration.CONTROLS["eagle-top1"] not in without and calibration.CONTROLS["draft-ce"] in without
 
 
 def test_the_skill_gate_turns_off_a_kind_under_its_threshold():

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from lessonlib.models import GPT, GPTConfig
 from lessonlib.models.heads import (REG_WEIGHT, Eagle3Head, EagleHead, MedusaHeads, eagle3_losses, eagle_losses,
-                                    medusa_losses, tempered_fkl)
+                                    head_loss, medusa_losses, tempered_fkl)
 from lessonlib.models.mtp import LAMBDA_EARLY, LAMBDA_LATE, TargetWithMTP, mtp_losses, mtp_train_step
 from lessonlib.models.steps import autocast
 from lessonlib.models.train_heads import Trainee, _step
@@ -166,5 +166,37 @@ def test_head_trainer_passes_its_temperatures_to_every_kind(kinds):
     for temps in ((1.0,), (0.5, 2.0)):
         torch.manual_seed(7)  # the same heads
         model = Trainee(CONFIG, kinds=kinds, n_heads=2, ttt_steps=1, eagle3_ttt=2, temperatures=temps).double()
+        values.append(model.losses(target, x)[kinds[0]][0][0].item())
+    assert values[0] != pytest.approx(values[1], rel=1e-3)
+
+
+def test_the_top1_objective_is_cross_entropy_on_the_targets_argmax_alone():
+    torch.manual_seed(6)
+    student, teacher = 3 * torch.randn(6, 11, dtype=torch.double), 3 * torch.randn(6, 11, dtype=torch.double)
+    top1 = head_loss(student, teacher, objective="top1").item()
+    assert top1 == pytest.approx(F.cross_entropy(student, teacher.argmax(-1)).item(), rel=1e-6)  # float32 inside
+    assert head_loss(student, teacher).item() == pytest.approx(tempered_fkl(student, teacher).item(), rel=1e-6)
+    # the rest of p is invisible to it, unlike the forward KL: reshape every non-argmax entry
+    flat = teacher.clone()
+    rows = torch.arange(6)
+    flat[rows[:, None], torch.arange(11)[None]] = 0.0
+    flat[rows, teacher.argmax(-1)] = teacher.max(-1).values.clamp(min=0.1)
+    assert head_loss(student, flat, objective="top1").item() == pytest.approx(top1, rel=1e-6)
+    assert head_loss(student, flat).item() != pytest.approx(head_loss(student, teacher).item(), rel=1e-3)
+    with pytest.raises(ValueError, match="objective"):
+        head_loss(student, teacher, objective="ce")
+    with pytest.raises(ValueError, match="objective"):
+        Trainee(CONFIG, kinds=("eagle",), objective="tvd")
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("kinds", [("eagle",), ("eagle3",), ("medusa",)])
+def test_head_trainer_passes_its_objective_to_every_kind(kinds):
+    target = tiny_target()
+    x, _, _ = batch()
+    values = []
+    for objective in ("fkl", "top1"):
+        torch.manual_seed(7)  # the same heads
+        model = Trainee(CONFIG, kinds=kinds, n_heads=2, ttt_steps=1, eagle3_ttt=2, objective=objective).double()
         values.append(model.losses(target, x)[kinds[0]][0][0].item())
     assert values[0] != pytest.approx(values[1], rel=1e-3)
