@@ -12,7 +12,9 @@ is under-confident; below, over-confident). The heads are trained with forward K
 target's T = 1 distribution (``models.heads``: ``eagle_losses``, ``eagle3_losses``), the
 distribution-matching loss sampling wants. The report adds the "before" of that loss (``CONTROLS``):
 the same EAGLE head trained on the target's argmax alone (``train_heads --objective top1``) and
-the separate draft before its distillation (draft-ce: cross-entropy on the text).
+the separate draft before its distillation (draft-ce: cross-entropy on the text); and the
+temperature the KL is taken at (``VARIANTS``): the EAGLE head trained alone at T = 1, and alone
+with the KL averaged over T = 0.7 and 1 (``train_heads --temperatures 0.7 1``).
 
 Writes ``outputs/benchmarks/calibration.json`` and ``calibration.md``.
 """
@@ -34,6 +36,9 @@ TEMPERATURES = (0.0, 0.7, 1.0)
 # the "before" of distribution matching: the same architectures trained on a top-1 target
 CONTROLS = {"draft-ce": "draft-ce (text cross-entropy, before distillation)",
             "eagle-top1": "EAGLE (top-1 loss: the target's argmax only)"}
+# the temperature the forward KL is taken at: the EAGLE head trained alone at T = 1, and averaged over 0.7 and 1
+VARIANTS = {"eagle-alone": "EAGLE (trained alone, forward KL at T = 1)",
+            "eagle-multi": "EAGLE (trained alone, forward KL over T = 0.7 and 1)"}
 BINS = np.linspace(0.0, 1.0, 11)
 
 
@@ -49,7 +54,8 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
           ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{draft: (target logits, draft logits)}, (positions, V) each, aligned: both predict the same
     next token from the same prefix. ``controls``: also the drafts trained without matching the
-    target's distribution (``CONTROLS``), where their checkpoints exist."""
+    target's distribution (``CONTROLS``) and the EAGLE head's temperature variants (``VARIANTS``),
+    where their checkpoints exist."""
     target = load("target", "cpu", directory)
     x = windows(n_windows, target.config.block_size)
     t_logits, h = target_outputs(target, x)
@@ -58,7 +64,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
     out["draft-kl"] = (t_logits[:, 1:], draft(x)[:, 1:])  # align with the heads: from position 1 on
     if controls and (directory / "draft-ce.safetensors").exists():
         out[CONTROLS["draft-ce"]] = (t_logits[:, 1:], load("draft-ce", "cpu", directory)(x)[:, 1:])
-    names = ("eagle", "eagle3", "medusa") + (("eagle-top1",) if controls else ())
+    names = ("eagle", "eagle3", "medusa") + (("eagle-top1", *VARIANTS) if controls else ())
     for name in names:
         kind = name.split("-")[0]
         try:
@@ -72,7 +78,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
         if kind == "eagle3":
             feats = head.fuse(feats)
         logits, _ = eagle_unroll(head, target, x, feats, 1)[0]  # depth 1, the target's true features
-        out[CONTROLS.get(name, "EAGLE" if kind == "eagle" else "EAGLE-3")] = (t_logits[:, 1:], logits)
+        out[{**CONTROLS, **VARIANTS}.get(name, "EAGLE" if kind == "eagle" else "EAGLE-3")] = (t_logits[:, 1:], logits)
     V = t_logits.shape[-1]
     return {k: (a.reshape(-1, V).double().numpy(), b.reshape(-1, V).double().numpy()) for k, (a, b) in out.items()}
 
@@ -101,9 +107,11 @@ def markdown(results: dict) -> str:
     lines = ["# Teacher-forced calibration of every draft", "", common.markdown_table(header, rows), "",
              "α = mean over held-out code positions of Σ min(p_T, q_T), every draft teacher-forced at depth 1. "
              "Calibration error: the draft's top token binned by q(x) (10 bins), |mean p(x) - mean q(x)| weighted by "
-             "the bin's count; mean q(x) - p(x) above 0: over-confident. The drafts named in brackets are the "
-             "controls trained for a top-1 target (the EAGLE head on the target's argmax, the draft on the text): "
-             "the \"before\" of the forward KL the others were trained with. Reliability tables in calibration.json."]
+             "the bin's count; mean q(x) - p(x) above 0: over-confident. The drafts with a top-1 target in brackets "
+             "are the controls (the EAGLE head on the target's argmax, the draft on the text): the \"before\" of the "
+             "forward KL the others were trained with. The shipped EAGLE, EAGLE-3 and Medusa heads were trained "
+             "together (one target forward, one gradient-norm clip); the EAGLE heads marked \"trained alone\" "
+             "compare the temperature of the KL without that difference. Reliability tables in calibration.json."]
     for name, r in results.items():
         lines += ["", f"{name}: " + ", ".join(f"q {b['q_from']:.1f}-{b['q_to']:.1f}: p {b['mean_p']:.2f} "
                                                f"(n {b['count']})" for b in r["reliability"])]

@@ -126,12 +126,17 @@ def scaled_name(name: str, scale: str = "cpu") -> str:
     return name if scale == "cpu" else f"{name}-{scale}"
 
 
+# the shipped heads' variants that bench calibration compares: suffix -> their train_heads options
+HEAD_VARIANTS = {"top1": " --objective top1",  # the target's argmax alone
+                 "alone": "",  # forward KL at T = 1, trained alone: the baseline of "multi"
+                 "multi": " --temperatures 0.7 1"}  # forward KL averaged over T = 0.7 and 1
+
+
 def rebuild_command(name: str) -> str:
     if name.startswith(("eagle", "medusa")):  # the shipped heads train together on one target forward per batch
         kind, _, suffix = name.partition("-")
         return (f"python -m lessonlib.models.train_heads {kind if suffix else 'all'}"
-                + (" --steps 1000 --objective top1" if suffix == "top1" else "")  # calibration's control
-                + (f" --suffix=-{suffix}" if suffix else ""))
+                + HEAD_VARIANTS.get(suffix, "") + (f" --suffix=-{suffix}" if suffix else ""))
     if name.endswith("-mtp"):  # MTP modules train with their target and ship beside it
         return rebuild_command(name.removesuffix("-mtp"))
     if name.endswith("-gpu"):

@@ -4,7 +4,7 @@
     python -m lessonlib.models.train_heads eagle --ttt 3 --suffix=-ttt   # EAGLE with the training-time test alone
     python -m lessonlib.models.train_heads all     # EAGLE, EAGLE-3 and Medusa on one target forward per batch
     python -m lessonlib.models.train_heads all --temperatures 0.7 1 1.5   # the KL averaged over sampling temperatures
-    python -m lessonlib.models.train_heads eagle --steps 1000 --objective top1 --suffix=-top1   # calibration's control
+    python -m lessonlib.models.train_heads eagle --objective top1 --suffix=-top1   # calibration's control
 
 Both train on one target forward per batch (``Trainee``); each checkpoint's metadata records
 the run (``train.run_metadata``) and the held-out top-1 agreement with the target by depth.
@@ -99,7 +99,7 @@ def heldout_agreement(model: Trainee, target, n_windows=16, corpus="code", seed=
     return agree
 
 
-def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
+def train_heads(kinds=("eagle", "medusa"), steps=1000, minutes=None, ttt_steps=1, n_heads=4, batch_size=8, lr=2e-3,
                 seed=0, device=None, target_name="target", suffix="", directory=CHECKPOINTS, resume=False,
                 temperatures=(1.0,), objective="fkl"):
     """Train EAGLE and/or Medusa heads on the frozen shipped target; save each as
@@ -144,8 +144,8 @@ def train_heads(kinds=("eagle", "medusa"), steps=3000, minutes=None, ttt_steps=1
 def main(argv=None):
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=list(KINDS), help="both = EAGLE + Medusa; all = EAGLE + EAGLE-3 + Medusa")
-    parser.add_argument("--steps", type=cli.positive_int, default=3000,
-                        help="planned optimizer steps (sets the lr schedule)")
+    parser.add_argument("--steps", type=cli.positive_int, default=1000,
+                        help="planned optimizer steps (sets the lr schedule; default: the shipped heads' 1000)")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None,
                         help="stop after this many minutes")
     parser.add_argument("--ttt", type=cli.int_at_least(1, 64), default=1,

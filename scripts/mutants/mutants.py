@@ -684,8 +684,10 @@ MUTANTS += [  # issue 26's control: a head trained for the target's top token al
      "        losses.append(head_loss(student, t, temperatures))\n", "EAGLE-3 ignores the objective it is given"),
     ("heads", THEADS, "medusa_losses(head, target, t_logits, h, self.temperatures, self.objective)",
      "medusa_losses(head, target, t_logits, h, self.temperatures)", "the trainer drops Medusa's objective"),
-    ("bench", CALIB, "\"overconfidence\": float(np.mean(qx - px)),", "\"overconfidence\": float(np.mean(np.abs(qx - px))),",
+    ("bench", CALIB, "\"overconfidence\": float(np.mean(qx - px)),",
+     "\"overconfidence\": float(np.mean(np.abs(qx - px))),",
      "over-confidence loses its sign (an under-confident draft reads as over-confident)"),
-    ("bench", CALIB, "names = (\"eagle\", \"eagle3\", \"medusa\") + ((\"eagle-top1\",) if controls else ())",
-     "names = (\"eagle\", \"eagle3\", \"medusa\", \"eagle-top1\")", "the control head joins notebook 05's head list"),
+    ("bench", CALIB, "names = (\"eagle\", \"eagle3\", \"medusa\") + ((\"eagle-top1\", *VARIANTS) if controls else ())",
+     "names = (\"eagle\", \"eagle3\", \"medusa\", \"eagle-top1\", *VARIANTS)",
+     "the control heads join notebook 05's head list"),
 ]
