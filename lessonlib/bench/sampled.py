@@ -2,8 +2,8 @@
 
     python -m lessonlib.bench sampled [--prompts 5] [--new-tokens 128] [--repeats 1]
 
-Each draft kind (draft-kl, EAGLE, EAGLE-3, Medusa, MTP) runs one chain and one tree shape with
-each tree rule of the round: ``deterministic`` (the rule's most likely children, judged by the
+Each draft kind (draft-kl, EAGLE, EAGLE-3, Medusa, MTP) runs a short and a long chain (``KINDS``)
+and one tree shape with each tree rule of the round: ``deterministic`` (the rule's most likely children, judged by the
 sibling rule: q is one-hot), ``with`` (children drawn from q i.i.d., SpecInfer's recursive
 rule) and ``without`` (drawn without replacement by Gumbel-top-k, recursive rejection without
 replacement); the chain's sampled rule is the chain rule of Leviathan et al. EAGLE and EAGLE-3
@@ -28,12 +28,14 @@ from lessonlib.core.tree_sampled import SampledRule
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.round import Sampling
 
-# kind -> (label, chain branching, tree branching, dynamic shape or None)
-KINDS = {"draft": ("draft-kl", (1, 1, 1), (2, 2, 1, 1), None),
-         "eagle": ("EAGLE", (1, 1, 1, 1), (2, 2, 1, 1), (6, 3, 10)),
-         "eagle3": ("EAGLE-3", (1, 1, 1, 1), (2, 2, 1, 1), (6, 3, 10)),
-         "medusa": ("Medusa", (1, 1, 1), (2, 1, 1), None),
-         "mtp": ("MTP", (1, 1), (2, 1), None)}
+# kind -> (label, chain lengths, tree branching, dynamic shape or None); a short chain beside the
+# long one, since at T = 1 a round's cost can outweigh the tokens a longer chain adds
+KINDS = {"draft": ("draft-kl", (2, 3), (2, 2, 1, 1), None),
+         "eagle": ("EAGLE", (2, 4), (2, 2, 1, 1), (6, 3, 10)),
+         "eagle3": ("EAGLE-3", (2, 4), (2, 2, 1, 1), (6, 3, 10)),
+         "medusa": ("Medusa", (2, 3), (2, 1, 1), None),
+         "mtp": ("MTP", (2,), (2, 1), None)}
+DECODE_LOOP_KS = (2, 3)  # the draft model's own chain loop (decoding.decode)
 SETTINGS = {"T = 0": Sampling(0.0), "T = 0.7": Sampling(0.7), "T = 1": Sampling(1.0),
             "T = 1, top-p 0.95": Sampling(1.0, top_p=0.95)}
 RULES = ("deterministic", "with", "without")
@@ -46,10 +48,10 @@ def _shape_name(b) -> str:
 def methods(kinds) -> dict:
     """name -> (kind label, shape, rule, run(m, prompt, sampling, rng)) for the kinds present."""
     out = {}
-    for kind, (label, chain, shape, dyn) in KINDS.items():
+    for kind, (label, chains, shape, dyn) in KINDS.items():
         if kind not in kinds:
             continue
-        for b in (chain, shape):
+        for b in (*((1,) * k for k in chains), shape):
             for rule in RULES:
                 if set(b) == {1} and rule == "without":  # one child per node: the same rule as "with"
                     continue
@@ -62,9 +64,10 @@ def methods(kinds) -> dict:
             out[f"{label} dynamic d{dyn[0]} k{dyn[1]} N{dyn[2]} · without"] = (
                 label, "dynamic", "without", tree.tree_of(kind, SampledRule(dynamic=dyn, replacement=False)))
     if "draft" in kinds:  # the draft model's own chain loop (decoding.decode), the course's reference chain
-        out["draft-kl chain K=3 (decode loop)"] = ("draft-kl", "chain K=3", "sampled",
-                                                  lambda m, p, s, rng: speculative_generate(
-                                                      m.target, m.draft, p, 3, m.new_tokens, s, rng))
+        for k in DECODE_LOOP_KS:
+            out[f"draft-kl chain K={k} (decode loop)"] = ("draft-kl", f"chain K={k}", "sampled",
+                                                         lambda m, p, s, rng, k=k: speculative_generate(
+                                                             m.target, m.draft, p, k, m.new_tokens, s, rng))
     return out
 
 

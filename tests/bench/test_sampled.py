@@ -20,6 +20,11 @@ def test_every_kind_gets_each_rule_once():
             assert want <= got, (label, shape, got)
     assert {rule for (lab, shape, rule, _) in table.values() if shape == "dynamic"} == {"deterministic", "without"}
     assert not sampled.methods(("eagle",)).keys() & {n for n in table if n.startswith("MTP")}
+    for label in ("draft-kl", "EAGLE", "EAGLE-3", "Medusa", "MTP"):  # a short chain beside each kind's long one
+        assert (label, "chain K=2", "sampled") in {row[:3] for row in table.values()}, label
+    for k in sampled.DECODE_LOOP_KS:  # each decode-loop row runs the K its name says
+        label, shape, rule, fn = table[f"draft-kl chain K={k} (decode loop)"]
+        assert shape == f"chain K={k}" and fn.__defaults__ == (k,)
 
 
 def _row(kind, shape, rule, tau, speedup, setting="T = 1"):
