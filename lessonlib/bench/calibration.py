@@ -39,6 +39,7 @@ CONTROLS = {"draft-ce": "draft-ce (text cross-entropy, before distillation)",
 # the temperature the forward KL is taken at: the EAGLE head trained alone at T = 1, and averaged over 0.7 and 1
 VARIANTS = {"eagle-alone": "EAGLE (trained alone, forward KL at T = 1)",
             "eagle-multi": "EAGLE (trained alone, forward KL over T = 0.7 and 1)"}
+LABELS = {**CONTROLS, **VARIANTS}  # checkpoint -> its row in the report
 BINS = np.linspace(0.0, 1.0, 11)
 
 
@@ -62,14 +63,15 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
     out = {}
     draft = load("draft-kl", "cpu", directory)
     out["draft-kl"] = (t_logits[:, 1:], draft(x)[:, 1:])  # align with the heads: from position 1 on
-    if controls and (directory / "draft-ce.safetensors").exists():
-        out[CONTROLS["draft-ce"]] = (t_logits[:, 1:], load("draft-ce", "cpu", directory)(x)[:, 1:])
-    names = ("eagle", "eagle3", "medusa") + (("eagle-top1", *VARIANTS) if controls else ())
-    for name in names:
+    order = ("draft-ce", "eagle", "eagle3", "medusa", "eagle-top1", *VARIANTS)  # the report's rows, in order
+    for name in (n for n in order if controls or n not in LABELS):
         kind = name.split("-")[0]
         try:
-            head = load_head(name, target, directory)
+            head = load(name, "cpu", directory) if kind == "draft" else load_head(name, target, directory)
         except FileNotFoundError:
+            continue
+        if kind == "draft":
+            out[LABELS[name]] = (t_logits[:, 1:], head(x)[:, 1:])
             continue
         if kind == "medusa":  # head 0 at s predicts x_{s+2}: the target's row at s + 1
             out["Medusa (head 1)"] = (t_logits[:, 1:], head(target, h)[0, :, :-1])
@@ -78,7 +80,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
         if kind == "eagle3":
             feats = head.fuse(feats)
         logits, _ = eagle_unroll(head, target, x, feats, 1)[0]  # depth 1, the target's true features
-        out[{**CONTROLS, **VARIANTS}.get(name, "EAGLE" if kind == "eagle" else "EAGLE-3")] = (t_logits[:, 1:], logits)
+        out[LABELS.get(name, "EAGLE" if kind == "eagle" else "EAGLE-3")] = (t_logits[:, 1:], logits)
     V = t_logits.shape[-1]
     return {k: (a.reshape(-1, V).double().numpy(), b.reshape(-1, V).double().numpy()) for k, (a, b) in out.items()}
 

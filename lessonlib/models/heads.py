@@ -210,14 +210,19 @@ def tempered_fkl(student, teacher, temperatures=(1.0,)):
 OBJECTIVES = ("fkl", "top1")
 
 
+def check_objective(objective) -> str:
+    """A head's training objective, one of ``OBJECTIVES`` (else a ValueError naming it)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    return objective
+
+
 def head_loss(student, teacher, temperatures=(1.0,), objective="fkl"):
     """A head's loss against the target's logits (both (..., V)). "fkl": ``tempered_fkl``, the
     distribution matching that sampling wants. "top1": cross-entropy on the target's argmax
     token alone, a head trained for top-1 agreement only (the control of ``bench calibration``:
     its q is never taught the rest of p, so at T > 0 it keeps less)."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if objective == "top1":
+    if check_objective(objective) == "top1":
         return distillation_loss(student, None, "ce", labels=teacher.argmax(-1))
     return tempered_fkl(student, teacher, temperatures)
 

@@ -22,7 +22,8 @@ import torch.nn as nn
 from lessonlib import cli
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
-from lessonlib.models.heads import OBJECTIVES, build, eagle3_losses, eagle_losses, medusa_losses, target_outputs
+from lessonlib.models.heads import (OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses, medusa_losses,
+                                    target_outputs)
 from lessonlib.models.loop import fit
 from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step
@@ -39,10 +40,8 @@ class Trainee(nn.Module):
     def __init__(self, config: GPTConfig, kinds=("eagle", "medusa"), n_heads=4, ttt_steps=1, eagle3_ttt=EAGLE3_TTT,
                  temperatures=(1.0,), objective="fkl"):
         super().__init__()
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.temperatures = tuple(float(t) for t in temperatures)  # the forward KL is averaged over these
-        self.objective = objective  # "fkl" (distribution matching) or "top1" (the target's argmax only)
+        self.objective = check_objective(objective)  # "fkl" (distribution matching) or "top1" (the argmax only)
         if eagle3_ttt < 2:
             raise ValueError("eagle3_ttt must be >= 2 (EAGLE-3 always trains with the training-time test), "
                              f"got {eagle3_ttt!r}")

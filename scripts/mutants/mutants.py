@@ -687,7 +687,8 @@ MUTANTS += [  # issue 26's control: a head trained for the target's top token al
     ("bench", CALIB, "\"overconfidence\": float(np.mean(qx - px)),",
      "\"overconfidence\": float(np.mean(np.abs(qx - px))),",
      "over-confidence loses its sign (an under-confident draft reads as over-confident)"),
-    ("bench", CALIB, "names = (\"eagle\", \"eagle3\", \"medusa\") + ((\"eagle-top1\", *VARIANTS) if controls else ())",
-     "names = (\"eagle\", \"eagle3\", \"medusa\", \"eagle-top1\", *VARIANTS)",
-     "the control heads join notebook 05's head list"),
+    ("bench", CALIB, "    for name in (n for n in order if controls or n not in LABELS):",
+     "    for name in order:", "the controls join notebook 05's head list"),
+    ("bench", CALIB, "            out[LABELS[name]] = (t_logits[:, 1:], head(x)[:, 1:])",
+     "            out[LABELS[name]] = (t_logits[:, 1:], head(x)[:, :-1])", "draft-ce read one position off"),
 ]

@@ -72,6 +72,10 @@ def test_calibration_pairs_its_controls_only_when_asked(tmp_path):
     assert all(name not in calibration.pairs(n_windows=1) for name in calibration.CONTROLS.values())
     with_controls = calibration.pairs(n_windows=1, controls=True)
     assert set(calibration.CONTROLS.values()) <= set(with_controls)
+    alpha0 = {name: calibration.measure(*pq)["alpha"]["0"] for name, pq in with_controls.items()}
+    # every pair predicts the same next token: a draft read one position off agrees far less than its sibling
+    assert abs(alpha0[calibration.CONTROLS["draft-ce"]] - alpha0["draft-kl"]) < 0.1
+    assert abs(alpha0[calibration.CONTROLS["eagle-top1"]] - alpha0["EAGLE"]) < 0.1
     p, q = with_controls[calibration.CONTROLS["eagle-top1"]]
     assert p.shape == q.shape and not np.array_equal(q, with_controls["EAGLE"][1])
     for f in CHECKPOINTS.iterdir():  # the shipped set without the EAGLE control
