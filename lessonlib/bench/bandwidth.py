@@ -6,8 +6,8 @@ Measures this machine's read bandwidth with one thread (the fastest sum over a b
 of the target's weights, and over a 256 MB one that no cache holds), prints the forward bound
 (the target's weight bytes / bandwidth: a one-token step cannot be faster than reading every
 weight once) beside the measured one-token step and 6- and 16-token verify passes after 128
-cached tokens, for the readable packed GPT, the PyTorch fast path (``models.fast``) and the
-native forward (``models.native``, where it builds), the models taking turns. Then plain and
+cached tokens, for the readable packed GPT, the PyTorch fast path (``engines.fast``) and the
+native forward (``engines.native``, where it builds), the models taking turns. Then plain and
 chain (draft-kl, K = 4; the readable unpacked draft beside the readable target, the draft of the
 same path beside the others) greedy decoding with each, all interleaved on held-out code
 prompts; every path's tokens must equal the readable model's. Writes bandwidth.{json,md}.
@@ -23,7 +23,9 @@ from lessonlib.bench.common import machine, markdown_table, parse, parser, promp
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.timing import interleaved, pass_times
-from lessonlib.models import FastGPT, load, native
+from lessonlib import engines
+from lessonlib.engines import FastGPT, native
+from lessonlib.models import load
 
 SIZES = (1, 6, 16)  # new tokens per forward: a step, a K = 5 chain verify, a 16-node tree
 
@@ -104,13 +106,11 @@ def main(argv=None) -> int:
 def paths_models() -> tuple[dict, dict]:
     """The target and draft-kl on each decode path: readable (the draft unpacked, as the loops
     ran it before), fast (PyTorch, ``native.turned_off``) and native when it builds here."""
-    models = {"readable": load("target", "cpu", pack=True, fast=False)}
+    models = {"readable": engines.load("target", "cpu", engine="packed")}
     drafts = {"readable": load("draft-kl", "cpu")}
-    with native.turned_off():
-        models["fast"], drafts["fast"] = load("target", "cpu", pack=True), load("draft-kl", "cpu", pack=True)
-    target = load("target", "cpu", pack=True)
-    if target.native is not None:
-        models["native"], drafts["native"] = target, load("draft-kl", "cpu", pack=True)
+    for engine in ("fast", "native") if engines.unavailable("native") is None else ("fast",):
+        models[engine] = engines.load("target", "cpu", engine=engine)
+        drafts[engine] = engines.load("draft-kl", "cpu", engine=engine)
     return models, drafts
 
 
@@ -221,7 +221,7 @@ def compile_probe(sizes=(1, 6)) -> dict:
     import os
     import tempfile
 
-    model = load("target", "cpu", pack=True)
+    model = engines.load("target", "cpu")
     eager = model._block
     tokens = torch.randint(model.config.vocab_size, (1, 128 + max(sizes)), generator=torch.Generator().manual_seed(0))
     with tempfile.TemporaryDirectory() as cache_dir, torch.inference_mode():
@@ -259,7 +259,7 @@ def half_probe(prompt_list, new_tokens: int = 32) -> dict:
     """float16 and bfloat16 weights and activations on the fast path against float32: the
     forwards taking turns, the largest logit difference over 120 held-out tokens, and on how many
     prompts greedy decoding of ``new_tokens`` gives float32's tokens."""
-    fp32 = load("target", "cpu", pack=True)
+    fp32 = engines.load("target", "cpu")
     models = {"float32": fp32} | {name: FastGPT.from_gpt(load("target", "cpu").to(dtype))
                                   for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16))}
     tokens = torch.tensor([prompts("code", 1, 120)[0]])

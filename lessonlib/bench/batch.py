@@ -169,10 +169,11 @@ def bench_batch(batches=BATCHES, ks=DEFAULTS["ks"], n_sets=DEFAULTS["prompts"], 
                 new_tokens=DEFAULTS["new_tokens"], repeats=DEFAULTS["repeats"], temperature=0.0, seed=0,
                 device=None) -> dict:
     """Run the benchmark; returns the report ``main`` writes (module docstring)."""
-    from lessonlib.models import default_device, load
+    from lessonlib.engines import load
+    from lessonlib.models import default_device
 
     device = device or default_device()
-    target, draft = load("target", device, pack=True), load(DRAFT, device, pack=True)
+    target, draft = load("target", device), load(DRAFT, device)
     sets = prompt_sets(n_sets, max(batches), prompt_len)
     batch_speculative_generate(target, draft, sets[0][:2], 2, 4)  # warm-up: first calls allocate
     runs = _runs(target, draft, sets, batches, ks, new_tokens, temperature, seed)

@@ -27,6 +27,7 @@ import torch
 
 from lessonlib import cli, threads
 from lessonlib.bench import common
+from lessonlib.core import kinds as core_kinds
 from lessonlib.core.sampling import softmax
 from lessonlib.models import CHECKPOINTS, data, load
 from lessonlib.models.distill import alpha_from_logits
@@ -63,7 +64,7 @@ def pairs(directory=CHECKPOINTS, n_windows: int = 8, controls: bool = False
     out = {}
     draft = load("draft-kl", "cpu", directory)
     out["draft-kl"] = (t_logits[:, 1:], draft(x)[:, 1:])  # align with the heads: from position 1 on
-    order = ("draft-ce", "eagle", "eagle3", "medusa", "eagle-top1", *VARIANTS)  # the report's rows, in order
+    order = ("draft-ce", *core_kinds.names("head"), "eagle-top1", *VARIANTS)  # the report's rows, in order
     for name in (n for n in order if controls or n not in LABELS):
         kind = name.split("-")[0]
         try:

@@ -19,7 +19,8 @@ from lessonlib import cli, paths, runs, threads
 from lessonlib.jsonio import jsonable, write_atomic
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
-from lessonlib.models import data, native
+from lessonlib.engines import native
+from lessonlib.models import data
 
 # held-out prompts, tokens per prompt, new tokens per run, timed runs per (method, prompt)
 DEFAULTS = {"prompts": 5, "prompt_len": 64, "new_tokens": 128, "repeats": 3}
@@ -66,14 +67,14 @@ def _target_context() -> int:
 
 
 # which forward the benchmarks decode with (issue 27: the record says which path each row used)
-DECODE_PATH = ("fast: every model loaded with pack=True is a models.fast.FastGPT (target and drafts), and the "
-               "EAGLE, EAGLE-3 and MTP draft steps run fast.head_block")
-NATIVE_PATH = ("native: every model loaded with pack=True is a models.fast.FastGPT whose batch-1 cached calls of "
-               "up to models.native.MAX_T tokens, and the EAGLE, EAGLE-3 and MTP draft steps, run models/native.c")
+DECODE_PATH = ("fast: every model loaded with engines.load is an engines.fast.FastGPT on the PyTorch fast path "
+               "(target and drafts), and the EAGLE, EAGLE-3 and MTP draft steps run fast.head_block")
+NATIVE_PATH = ("native: every model loaded with engines.load is an engines.fast.FastGPT whose batch-1 cached calls "
+               "of up to engines.native.MAX_T tokens, and the EAGLE, EAGLE-3 and MTP draft steps, run engines/native.c")
 
 
 def decode_path() -> str:
-    """``NATIVE_PATH`` where the native forward runs here (``models.native.status``), else ``DECODE_PATH``."""
+    """``NATIVE_PATH`` where the native forward runs here (``engines.native.status``), else ``DECODE_PATH``."""
     return NATIVE_PATH if native.enabled() and native.library() is not None else DECODE_PATH
 
 

@@ -23,7 +23,8 @@ from lessonlib.bench import common, record
 from lessonlib.core.theory import expected_speedup
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
-from lessonlib.models import data, default_device, load, scaled_name
+from lessonlib.engines import load
+from lessonlib.models import data, default_device, scaled_name
 
 THREADS = (1, 2)  # the benchmark shows both settings of the thread policy (lessonlib.threads)
 
@@ -78,8 +79,8 @@ def bench_decode(drafts=("draft-ce", "draft-kl"), ks=range(1, 9), temperatures=(
     draft and K, one plain row per thread count, corpus and T. ``thread_counts`` defaults to the
     policy's own setting only (``main`` passes both)."""
     device = device or default_device()
-    target = load(scaled_name("target", scale), device, pack=True)  # packed: see GPT.pack_for_cpu
-    draft_models = {name: load(scaled_name(name, scale), device, pack=True) for name in drafts}  # both fast
+    target = load(scaled_name("target", scale), device)  # the fastest engine here (engines.resolve)
+    draft_models = {name: load(scaled_name(name, scale), device) for name in drafts}  # both on it
     thread_counts = thread_counts or (threads.apply(),)
     settings = {"prompts": n_prompts, "prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats}
     configs = [(n, c, t) for n in thread_counts for c in corpora for t in temperatures]

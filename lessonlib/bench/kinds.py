@@ -1,4 +1,4 @@
-"""Every draft kind on one target (issue 17): the lesson's cheat-sheet table, measured.
+"""Every draft kind on one target: the lesson's cheat-sheet table, measured.
 
     python -m lessonlib.bench kinds [--prompts 5] [--new-tokens 128] [--repeats 3]
 
@@ -28,23 +28,12 @@ import torch
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, record, tree
+from lessonlib.core import kinds as core_kinds
 from lessonlib.decoding.decode import generate
 from lessonlib.models import CHECKPOINTS, GPT, read_meta
 
-# kind -> (chain families, tree families of tree.methods(), checkpoints, how and when it is trained)
-KINDS = {
-    "draft model (draft-kl)": (("chain draft-kl",), ("tree draft-kl",), ("draft-base", "draft-kl"),
-                               "separate 1-layer GPT: pretrained on text (draft-base), then distilled from the frozen "
-                               "target (forward KL), after the target"),
-    "Medusa": (("Medusa chain",), ("Medusa",), ("medusa",),
-               "4 residual heads on the frozen target's top feature, after the target"),
-    "EAGLE": (("EAGLE chain",), ("EAGLE tree", "EAGLE-2 dynamic"), ("eagle",),
-              "1 decoder block on the frozen target's top feature and the next token, after the target"),
-    "EAGLE-3": (("EAGLE-3 chain",), ("EAGLE-3 tree",), ("eagle3",),
-                "1 decoder block on fused low, middle and top features, training-time test, after the target"),
-    "MTP (self-speculation)": (("MTP chain",), ("MTP tree",), ("target-mtp",),
-                               "2 DeepSeek-V3-style modules trained with the target (same run)"),
-}
+# report label -> its kind (``core.kinds``), in the order the table has always printed them
+KINDS = {core_kinds.kind(name).report: core_kinds.kind(name) for name in core_kinds.REPORT_ORDER}
 # the settings used when no tree.json exists (tests, a fresh checkout that deleted outputs/)
 FALLBACK = {"chain draft-kl": "chain draft-kl K=3", "tree draft-kl": "tree draft-kl dynamic d6 k3 N10",
             "Medusa chain": "Medusa chain K=3", "Medusa": "Medusa 2-1-1", "EAGLE chain": "EAGLE chain K=4",
@@ -59,8 +48,9 @@ def pick(table: dict, tree_report: dict | None) -> dict:
     Kinds without a method in ``table`` (a head that is not shipped) are left out."""
     speed = {r["method"]: r["speedup"] for r in (tree_report or {}).get("rows", []) if r["method"] in table}
     out = {}
-    for kind, (chains, trees, _, _) in KINDS.items():
+    for kind, k in KINDS.items():
         choice = {}
+        chains, trees = k.families
         for shape, families in (("chain", chains), ("tree", trees)):
             names = [n for n, (family, _) in table.items() if family in families]
             measured = [n for n in names if n in speed]
@@ -77,7 +67,7 @@ def training_cost(kind: str, directory=CHECKPOINTS, mtp_fraction: float | None =
     """What the checkpoints of ``kind`` record about their training: seconds, tokens, params,
     devices. MTP: its modules' params, and ``mtp_fraction`` x the target's seconds (the share
     of each target step the modules add) when that was measured."""
-    _, _, names, how = KINDS[kind]
+    names, how = KINDS[kind].trained, KINDS[kind].description
     metas = [read_meta(n, directory) for n in names]
     devices = sorted({h.get("device", m.get("device")) for m in metas for h in m.get("history", [m])})
     params = metas[-1]["params"]

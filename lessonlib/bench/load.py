@@ -34,8 +34,9 @@ from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.timing import pass_times
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models import GPT, can_pack, load
-from lessonlib.models.heads import load_head
+from lessonlib.engines import load, load_head
+from lessonlib.engines.packing import pack_for_cpu
+from lessonlib.models import GPT
 from lessonlib.models.train import TARGET_CONFIG
 
 PASS_SIZES = (1, 2, 5, 9, 17)  # notebook 00's table
@@ -66,9 +67,7 @@ def lesson_model():
     results carry no "model" entry.)"""
     torch.manual_seed(0)
     model = GPT(TARGET_CONFIG).eval()
-    if can_pack(model):
-        model.pack_for_cpu()
-    return model
+    return pack_for_cpu(model)
 
 
 def pass_table(model, repeats=30) -> dict:
@@ -121,7 +120,7 @@ def one_condition(m, model, prompts, settings, budget_s) -> dict:
 
 
 def measure(settings, thread_counts=(1, 2), conditions=("idle", "busy"), budget_s=300) -> dict:
-    m = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu", pack=True)}
+    m = {"target": load("target", "cpu"), "draft": load("draft-kl", "cpu")}
     m["eagle"] = load_head("eagle", m["target"])
     model, prompts = lesson_model(), common.prompts("code", settings["prompts"], settings["prompt_len"])
     results = {}

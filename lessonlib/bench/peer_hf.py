@@ -25,7 +25,7 @@ def to_hf(model):
     and splits ``c_attn`` into q, k, v in the same order as our ``qkv``."""
     tf = _transformers()
     if getattr(model, "packed", False):
-        raise ValueError("model must be unpacked (models.load(name) without pack=True): "
+        raise ValueError("model must be unpacked (models.load(name), not an engine's packed model): "
                          "packed weights are not nn.Linear")
     c = model.config
     config = tf.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,

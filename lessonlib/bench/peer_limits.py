@@ -1,6 +1,6 @@
 """What limits each engine in the peer benchmark (``bench.peers``), measured in the same run.
 
-For lessonlib's decode path (native where it builds, ``models.native``) and for llama.cpp (f32
+For lessonlib's decode path (native where it builds, ``engines.native``) and for llama.cpp (f32
 and f16 GGUF) on the same target and draft:
 the one-token step, the verify passes a chain of K and a lookup of k need (r = verify / step),
 the draft's step (c = draft step / target step), all after 128 cached tokens, the engines

@@ -8,7 +8,7 @@ and llama.cpp on a GGUF file written by the course's own exporter (``models.gguf
 float32 and float16; ``peer_llama``). One run on one machine measures, on the same held-out code
 prompts, greedy, batch 1, at each thread count:
 
-* lessonlib (its decode path: ``models.native`` where it builds, else ``models.fast``): plain
+* lessonlib (its decode path: ``engines.native`` where it builds, else ``engines.fast``): plain
   decoding, chain speculative decoding with draft-kl K = 3, the EAGLE-3 head's chain (K = 3),
   and n-gram prompt lookup (``decoding.prompt_lookup``, through the tree loop) with k = 10 and 4;
 * Hugging Face: plain ``generate``, assisted generation with the same draft (K = 3, constant
@@ -45,8 +45,8 @@ from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
 from lessonlib.decoding.tree_decode import tree_generate
+from lessonlib import engines
 from lessonlib.models import gguf_export, load
-from lessonlib.models.heads import load_head
 
 INSTALL = "pip install -r requirements-peers.txt"
 LOOKUP_TOKENS = 10  # Hugging Face's prompt_lookup_num_tokens, llama.cpp's num_pred_tokens, lessonlib's k
@@ -74,9 +74,9 @@ def prepare(folder: pathlib.Path) -> dict:
     """The models every engine runs: lessonlib's target and draft on its decode path, their Hugging Face copies
     (when installed) and their GGUF files in ``folder`` (when llama.cpp is installed)."""
     have = installed()
-    m: dict = {"target": load("target", "cpu", pack=True), "draft": load("draft-kl", "cpu", pack=True),
+    m: dict = {"target": engines.load("target", "cpu"), "draft": engines.load("draft-kl", "cpu"),
                "installed": have, "gguf": {}}
-    m["eagle3"] = load_head("eagle3", m["target"])
+    m["eagle3"] = engines.load_head("eagle3", m["target"])
     if have["HF"]:
         m["target_hf"], m["draft_hf"] = to_hf(load("target", "cpu")), to_hf(load("draft-kl", "cpu"))
     if have["llama.cpp"]:

@@ -33,8 +33,8 @@ from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models.heads import load_head
-from lessonlib.models import CHECKPOINTS, load
+from lessonlib.engines import load, load_head
+from lessonlib.models import CHECKPOINTS
 from lessonlib.core.theory import alpha_for_speedup
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
@@ -112,7 +112,7 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
         row["ratio_ceiling"] = row["forward_bound_speedup"] / row["predicted_speedup"]
         row["alpha_for_1.6x"] = float(alpha_for_speedup(1.6, row["k"], row["c"], row["r"]))  # the one inverse of E
     step_s = plain_rows[0]["target_forward_seconds"]
-    target, draft = load("target", "cpu", directory, pack=True), load("draft-kl", "cpu", directory, pack=True)
+    target, draft = load("target", "cpu", directory), load("draft-kl", "cpu", directory)
     eagle = load_head("eagle", target, directory)
     prompts = common.prompts("code", n_prompts, prompt_len)  # the sweep's prompts
     trees = eagle_trees(target, eagle, prompts, new_tokens, repeats)

@@ -3,7 +3,7 @@
     python -m lessonlib.bench sampled [--prompts 5] [--new-tokens 128] [--repeats 1]
 
 Each draft kind (draft-kl, EAGLE, EAGLE-3, Medusa, MTP) runs a short and a long chain
-(``KINDS``) and one tree shape with each tree rule of the round: ``deterministic`` (the rule's
+(``core.kinds``: each kind's ``sampled`` sweep) and one tree shape with each tree rule of the round: ``deterministic`` (the rule's
 most likely children, judged by the sibling rule: q is one-hot), ``with`` (children drawn from q
 i.i.d., SpecInfer's recursive rule) and ``without`` (drawn without replacement by Gumbel-top-k,
 recursive rejection without replacement); the chain's sampled rule is the chain rule of
@@ -25,17 +25,11 @@ import numpy as np
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, record, tree
+from lessonlib.core import kinds as core_kinds
 from lessonlib.core.tree_sampled import SampledRule
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.round import Sampling
 
-# kind -> (label, chain lengths, tree branching, dynamic shape or None); a short chain beside the
-# long one, since at T = 1 a round's cost can outweigh the tokens a longer chain adds
-KINDS = {"draft": ("draft-kl", (2, 3), (2, 2, 1, 1), None),
-         "eagle": ("EAGLE", (2, 4), (2, 2, 1, 1), (6, 3, 10)),
-         "eagle3": ("EAGLE-3", (2, 4), (2, 2, 1, 1), (6, 3, 10)),
-         "medusa": ("Medusa", (2, 3), (2, 1, 1), None),
-         "mtp": ("MTP", (2,), (2, 1), None)}
 DECODE_LOOP_KS = (2, 3)  # the draft model's own chain loop (decoding.decode)
 SETTINGS = {"T = 0": Sampling(0.0), "T = 0.7": Sampling(0.7), "T = 1": Sampling(1.0),
             "T = 1, top-p 0.95": Sampling(1.0, top_p=0.95)}
@@ -49,9 +43,10 @@ def _shape_name(b) -> str:
 def methods(kinds) -> dict:
     """name -> (kind label, shape, rule, run(m, prompt, sampling, rng)) for the kinds present."""
     out = {}
-    for kind, (label, chains, shape, dyn) in KINDS.items():
-        if kind not in kinds:
+    for k in core_kinds.KINDS:  # each kind's ``sampled`` sweep: a short chain beside the long one, since at
+        if k.name not in kinds or k.sampled is None:  # T = 1 a round's cost can outweigh what a longer chain adds
             continue
+        kind, label, chains, shape, dyn = k.name, k.label, k.sampled.chains, k.sampled.tree, k.sampled.dynamic
         for b in (*((1,) * k for k in chains), shape):
             for rule in RULES:
                 if set(b) == {1} and rule == "without":  # one child per node: the same rule as "with"
@@ -109,7 +104,7 @@ def headline(rows) -> dict:
     best draft-model chain there; per head and shape, the sampled rules' best tau / the
     deterministic rule's tau at T = 1."""
     at1 = [r for r in rows if r["setting"] == "T = 1" and r["kind"] != "plain"]
-    eagle = [r for r in at1 if r["kind"] in ("EAGLE", "EAGLE-3")]
+    eagle = [r for r in at1 if r["kind"].startswith("EAGLE")]  # the EAGLE family: EAGLE, EAGLE-3
     chains = [r for r in at1 if r["kind"] == "draft-kl" and r["shape"].startswith("chain")]
     ratio = {}
     for r in at1:

@@ -25,6 +25,7 @@ from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.timing import fastest, warm_seconds
 from lessonlib.decoding.tree_decode import tree_generate
+from lessonlib.engines.packing import pack_for_cpu
 from lessonlib.models import GPT, GPTConfig
 from lessonlib.models.heads import EagleHead
 
@@ -55,7 +56,7 @@ def _forward_ratio(target, n, prefix=128, reps=30):
 def measure(shape, n_prompts=5, prompt_len=128, new_tokens=48, repeats=2):
     layers, width, heads = shape
     config = GPTConfig(n_layer=layers, n_head=heads, n_embd=width, block_size=512)
-    target = _model(config, 0).pack_for_cpu()
+    target = pack_for_cpu(_model(config, 0))
     draft = _model(DRAFT, 1)
     eagle = EagleHead(config).eval()
     rng = np.random.default_rng(0)

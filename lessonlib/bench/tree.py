@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, record
+from lessonlib.core import kinds as core_kinds
 from lessonlib.core import tree
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
@@ -42,9 +43,11 @@ from lessonlib.decoding.mtp_draft import MTPDrafter
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.tree_decode import acceptance_by_depth, tree_generate
-from lessonlib.models import CHECKPOINTS, load
-from lessonlib.models.heads import load_head
-from lessonlib.models.mtp import load_mtp
+from lessonlib.engines import load, load_head, load_mtp
+from lessonlib.models import CHECKPOINTS
+
+# core.kinds names each kind's drafter; these are the classes (a kind's drafter takes (module, target))
+DRAFTERS = {cls.__name__: cls for cls in (ModelDrafter, EagleDrafter, MedusaDrafter, MTPDrafter)}
 
 
 def static(branching):
@@ -79,40 +82,23 @@ def tree_of(kind, rule):
                                                                       temperature=temperature, rng=rng)
 
 
-def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
-    """name -> (family, run) for the drafter ``kinds`` present. Families are compared at their
-    best setting. On a CPU a verify pass grows with the number of positions, so small trees are
-    in the sweep too."""
-    small, mid = [(2, 1, 1, 1), (2, 2, 1, 1)], [(3, 2, 2)]
-    dyn = [(6, 3, 10), (6, 4, 16)] + ([] if quick else [(7, 4, 24)])
-    rows = {f"chain draft-kl K={k}": ("chain draft-kl", chain(k)) for k in ((3, 4) if quick else (3, 4, 5, 6))}
-    for b in small + mid:
-        rows[f"tree draft-kl {'-'.join(map(str, b))}"] = ("tree draft-kl", tree_of("draft", static(b)))
-    for d, k, n in dyn:
-        rows[f"tree draft-kl dynamic d{d} k{k} N{n}"] = ("tree draft-kl", tree_of("draft", dynamic(d, k, n)))
-    if "medusa" in kinds:
-        rows["Medusa chain K=3"] = ("Medusa chain", tree_of("medusa", static((1, 1, 1))))
-        for b in [(2, 1, 1), (3, 2, 2)]:
-            rows[f"Medusa {'-'.join(map(str, b))}"] = ("Medusa", tree_of("medusa", static(b)))
-    if "eagle" in kinds:
-        for k in (3, 4, 5):
-            rows[f"EAGLE chain K={k}"] = ("EAGLE chain", tree_of("eagle", static((1,) * k)))
-        for b in small + mid:
-            rows[f"EAGLE tree {'-'.join(map(str, b))}"] = ("EAGLE tree", tree_of("eagle", static(b)))
-        for d, k, n in dyn:
-            rows[f"EAGLE-2 dynamic d{d} k{k} N{n}"] = ("EAGLE-2 dynamic", tree_of("eagle", dynamic(d, k, n)))
-    if "eagle3" in kinds:  # fused low/middle/top features, trained with the training-time test
-        for k in (4, 5):
-            rows[f"EAGLE-3 chain K={k}"] = ("EAGLE-3 chain", tree_of("eagle3", static((1,) * k)))
-        rows["EAGLE-3 tree 2-2-1-1"] = ("EAGLE-3 tree", tree_of("eagle3", static((2, 2, 1, 1))))
-        for d, k, n in dyn:
-            rows[f"EAGLE-3 dynamic d{d} k{k} N{n}"] = ("EAGLE-3 tree", tree_of("eagle3", dynamic(d, k, n)))
-    if "mtp" in kinds:  # the target's own MTP modules (self-speculation): depth <= 2
-        rows["MTP chain K=1"] = ("MTP chain", tree_of("mtp", static((1,))))
-        rows["MTP chain K=2"] = ("MTP chain", tree_of("mtp", static((1, 1))))
-        for b in [(2, 1), (3, 1), (2, 2)]:
-            rows[f"MTP tree {'-'.join(map(str, b))}"] = ("MTP tree", tree_of("mtp", static(b)))
-    # draft-free (issue 18): n-gram prompt lookup; the draft only where it finds nothing; lookahead
+def methods(quick=False, kinds=core_kinds.names()):
+    """name -> (family, run) for the drafter ``kinds`` present (``core.kinds``: each kind's
+    ``sweep``). Families are compared at their best setting. On a CPU a verify pass grows with
+    the number of positions, so small trees are in the sweep too."""
+    rows: dict = {}
+    for name in core_kinds.REPORT_ORDER:
+        k = core_kinds.kind(name)
+        if name not in kinds:
+            continue
+        chains = k.sweep.quick_chains if quick and k.sweep.quick_chains is not None else k.sweep.chains
+        for n in chains:  # a separate draft model runs its own chain loop (decoding.decode)
+            rows[f"{k.chain} K={n}"] = (k.chain, chain(n) if k.loader == "model" else tree_of(name, static((1,) * n)))
+        for b in k.sweep.trees:
+            rows[f"{k.tree} {'-'.join(map(str, b))}"] = (k.tree_family, tree_of(name, static(b)))
+        for d, top, n in k.sweep.dynamic[: 2 if quick else None]:
+            rows[f"{k.dynamic} d{d} k{top} N{n}"] = (k.dynamic_family, tree_of(name, dynamic(d, top, n)))
+    # draft-free: n-gram prompt lookup; the draft only where it finds nothing; lookahead
     for k in (4, 8, 12):
         rows[f"prompt lookup k={k}"] = ("prompt lookup",
                                         lambda m, p, k=k: lookup_generate(m.target, p, m.new_tokens, k=k))
@@ -125,18 +111,15 @@ def methods(quick=False, kinds=("draft", "eagle", "eagle3", "medusa", "mtp")):
 
 
 def load_models(new_tokens, device="cpu", directory=CHECKPOINTS) -> Models:
-    """The target and draft-kl on the fast decode path (``models.fast``), and a drafter factory
+    """The target and draft-kl on the fast decode path (``engines.fast``), and a drafter factory
     per draft kind shipped in ``directory`` (the EAGLE-3 head and MTP modules when present)."""
-    target, draft = load("target", device, directory, pack=True), load("draft-kl", device, directory, pack=True)
-    heads = {kind: load_head(kind, target, directory) for kind in ("eagle", "eagle3", "medusa")
-             if (pathlib.Path(directory) / f"{kind}.safetensors").exists()}
+    target, draft = load("target", device, directory), load("draft-kl", device, directory)
     m = Models(target, draft, new_tokens, {"draft": lambda: ModelDrafter(draft)})
-    for kind, head in heads.items():
-        m.drafters[kind] = ((lambda h=head: MedusaDrafter(h, target)) if kind == "medusa"
-                            else (lambda h=head: EagleDrafter(h, target)))
-    if (pathlib.Path(directory) / "target-mtp.safetensors").exists():
-        mtp = load_mtp("target-mtp", target, directory)
-        m.drafters["mtp"] = lambda: MTPDrafter(mtp, target)
+    for k in core_kinds.KINDS:
+        if k.loader == "model" or not (pathlib.Path(directory) / f"{k.checkpoint}.safetensors").exists():
+            continue
+        module = (load_head if k.loader == "head" else load_mtp)(k.checkpoint, target, directory)
+        m.drafters[k.name] = functools.partial(DRAFTERS[k.drafter], module, target)
     return m
 
 

@@ -3,7 +3,7 @@
 What serving does: B requests share every target forward. Each sequence keeps its own
 committed tokens and accepts its own number of drafts per round, so after the first round the
 rows sit at different lengths: the caches keep one length per row and each forward feeds every
-row at its own positions with the mask that implies (``models.batched``). A sequence that has
+row at its own positions with the mask that implies (``engines.batched``). A sequence that has
 its tokens leaves the batch; the others go on at the smaller batch (a static batch, no new
 requests joining: the simplest serving loop that shows the effect).
 
@@ -41,7 +41,7 @@ from lessonlib.core.validate import check_finite_logits, check_k
 from lessonlib.decoding.round import Ids, Sampling, check_budget, check_drafter, check_sampling_rng
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
-from lessonlib.models.batched import BatchCache, batched_forward
+from lessonlib.engines.batched import BatchCache, batched_forward
 
 if TYPE_CHECKING:
     from lessonlib.models.gpt import GPT
@@ -220,11 +220,10 @@ def batch_speculative_generate(target: GPT, draft: GPT, prompts: Sequence[Ids], 
     one target forward verifies all B x (k + 1), each row accepts its own prefix. ``rng``:
     needed when temperature > 1e-5. Row b's greedy tokens are ``decode.speculative_generate``'s
     (and ``generate``'s) for prompt b; sampled, each row follows the target's law."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    k = check_k(k)  # the one integer rule (core.validate.check_int): 3 and 3.0 pass, True and 3.5 do not
     sampling = Sampling.of(temperature)
-    rows = _check_prompts(target, prompts, max_new_tokens, check_k(k) - 1, draft)
-    drafter = BatchChainDrafter(draft, int(k), len(rows))
+    rows = _check_prompts(target, prompts, max_new_tokens, k - 1, draft)
+    drafter = BatchChainDrafter(draft, k, len(rows))
     for p in rows:
         check_drafter(target, drafter, p)  # type: ignore[arg-type]  # it reads vocab_size and needs_features
     rng = check_sampling_rng(sampling, rng)

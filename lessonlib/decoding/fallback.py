@@ -27,7 +27,7 @@ import numpy.typing as npt
 from lessonlib.core.temperature import (acceptance_by_temperature, alpha_mle,  # noqa: F401
                                         breakeven_temperature, tau_by_position)
 from lessonlib.core.theory import alpha_for_speedup, expected_tokens_per_verify  # re-exported: the one inverse of S
-from lessonlib.core.validate import check_c, check_k, check_round_counts
+from lessonlib.core.validate import check_c, check_int, check_k, check_round_counts
 from lessonlib.decoding.model_stream import ModelStream  # noqa: F401  (moved there; importable from here as before)
 
 ACTIONS = ("speculate", "probe", "plain")
@@ -70,10 +70,10 @@ class FallbackPolicy:
         k = check_k(k)
         check_c(c)
         min_rounds = window if min_rounds is None else min_rounds
-        for name, value in (("window", window), ("min_rounds", min_rounds), ("probe_every", probe_every),
-                            ("probe_window", probe_window)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        window, min_rounds, probe_every, probe_window = (
+            check_int(value, name, minimum=1) for name, value in (("window", window), ("min_rounds", min_rounds),
+                                                                  ("probe_every", probe_every),
+                                                                  ("probe_window", probe_window)))
         if min_rounds > window or probe_window > window:
             raise ValueError(f"min_rounds ({min_rounds}) and probe_window ({probe_window}) "
                              f"must be <= window ({window})")
@@ -119,11 +119,9 @@ class FallbackPolicy:
 
     def record(self, accepted: int, drafted: int) -> None:
         """After a speculative round (or probe) that drafted ``drafted`` tokens and accepted ``accepted``."""
-        if not (isinstance(drafted, (int, np.integer)) and 1 <= drafted <= self.k):
-            raise ValueError(f"drafted must be an integer in [1, {self.k}], got {drafted!r}")
-        if not (isinstance(accepted, (int, np.integer)) and 0 <= accepted <= drafted):
-            raise ValueError(f"accepted must be an integer in [0, drafted={drafted}], got {accepted!r}")
-        self.rounds.append((int(accepted), int(accepted < drafted)))
+        drafted = check_int(drafted, "drafted", minimum=1, maximum=self.k)
+        accepted = check_int(accepted, "accepted", minimum=0, maximum=drafted)
+        self.rounds.append((accepted, int(accepted < drafted)))
         self.tokens += int(accepted) + 1
         if self.speculating:
             if len(self.rounds) >= self.min_rounds and self._alpha() < self.alpha_off:
@@ -137,9 +135,7 @@ class FallbackPolicy:
 
     def record_plain(self, n: int = 1) -> None:
         """After ``n`` tokens decoded without speculation."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {n!r}")
-        self.tokens += int(n)
+        self.tokens += check_int(n, "n", minimum=1)
         self._plain_since_probe += int(n)
 
     def _switch(self, to: str) -> None:
@@ -182,8 +178,7 @@ class NeverSpeculate(AlwaysSpeculate):
 def _steps(policy: Policy, speculate: Speculate, plain: Plain, n_tokens: int,
            clock: Callable[[], float]) -> Iterator[Step]:
     """Generator behind ``drive``: one (position, tokens, seconds, action) per decoding step."""
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an integer >= 1, got {n_tokens!r}")
+    n_tokens = check_int(n_tokens, "n_tokens", minimum=1)
     position = 0
     while position < n_tokens:
         act = policy.action()

@@ -15,8 +15,9 @@
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
@@ -55,13 +56,20 @@ class Clock:
         self.calls: dict[str, int] = {}
 
     def __call__(self, phase: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, its wall time filed under ``phase`` (the ``Timer`` protocol)."""
+        with self.phase(phase):
+            return fn(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """``with clock.phase("verify"): ...``: the block's wall time (the device synchronised at both
+        ends) and one call filed under ``name``. A block that raises is not counted."""
         _synchronize(self.device)
         start = time.perf_counter()
-        out = fn(*args, **kwargs)
+        yield
         _synchronize(self.device)
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-        self.calls[phase] = self.calls.get(phase, 0) + 1
-        return out
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        self.calls[name] = self.calls.get(name, 0) + 1
 
     def as_phase(self, name: str) -> Timer:
         """A clock that files every call under ``name`` (a drafter's prefill, timed as "prefill")."""

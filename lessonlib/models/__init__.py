@@ -1,8 +1,9 @@
-"""torch models: the tiny GPT (``gpt``), CPU packing (``packing``), checkpoints, the EAGLE,
+"""torch models, written to be read: the tiny GPT (``gpt``), checkpoints, the EAGLE,
 Medusa and MTP heads (``heads``), the corpora and tokenizer (``data``) and training
 (``loop``, ``provenance``, ``train``, ``train_heads``, ``distill``).
 
-The names most notebooks need are re-exported here: ``models.load("target", pack=True)``.
+The names most notebooks need are re-exported here: ``models.load("target")`` is the readable
+model; the fast paths that decode with the same weights are engines (``lessonlib.engines``).
 Importing this package applies the CPU thread policy (``lessonlib.threads``: one thread unless
 ``LESSONLIB_THREADS`` says otherwise), so every notebook and benchmark runs under it.
 """
@@ -11,7 +12,5 @@ from lessonlib import threads as _threads
 from lessonlib.models.checkpoints import (CHECKPOINTS, STORED_DTYPE, default_device, load, load_state,  # noqa: F401
                                           read_meta, round_trip, save, scaled_name)
 from lessonlib.models.gpt import GPT, Block, GPTConfig, KVCache, config_dict, prefix_mask  # noqa: F401
-from lessonlib.models.fast import FastGPT  # noqa: F401
-from lessonlib.models.packing import PackedLinear, can_pack, pack_linears  # noqa: F401
 
 _threads.apply()

@@ -12,9 +12,7 @@ import torch.nn as nn
 from lessonlib import paths
 from lessonlib.jsonio import write_atomic
 from lessonlib.core import backend
-from lessonlib.models.fast import FastGPT
 from lessonlib.models.gpt import GPT, GPTConfig
-from lessonlib.models.packing import can_pack, pack_linears
 
 CHECKPOINTS = paths.ASSETS
 
@@ -162,21 +160,17 @@ def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
     return state
 
 
-def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS, pack: bool = False,
-         fast: bool | None = None) -> GPT:
-    """A shipped model ready to use, in eval mode, on ``device`` (default: CUDA if present).
+def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS) -> GPT:
+    """A shipped model, the readable ``GPT``, in eval mode on ``device`` (default: CUDA if
+    present), its weights trainable. For decoding, ``engines.load(name, engine=...)`` gives the
+    same weights on a fast engine."""
+    model = GPT(config_from_meta(read_meta(name, directory), name))
+    return fill(model, name, device, directory)
 
-    ``pack=True`` prepares it for decoding, inference only: its weights are packed for oneDNN
-    (``GPT.pack_for_cpu``) when it runs on a CPU with oneDNN, and it comes as a
-    ``fast.FastGPT``, the same model with the fast decode path (``fast`` defaults to ``pack``;
-    ``pack=True, fast=False`` gives the readable packed ``GPT``). Without ``pack`` the weights
-    stay trainable, so ``fast=True`` needs ``pack=True``.
-    """
-    fast = pack if fast is None else fast
-    if not isinstance(fast, bool) or fast and not pack:
-        raise ValueError(f"fast must be a boolean, True only with pack=True (the fast path is "
-                         f"inference only), got pack={pack!r}, fast={fast!r}")
-    model = (FastGPT if fast else GPT)(config_from_meta(read_meta(name, directory), name))
+
+def fill(model: GPT, name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS) -> GPT:
+    """``model`` (a ``GPT`` or an engine's subclass of it, built from ``name``'s config) holding
+    ``name``'s weights, in eval mode on ``device``; a mismatch names the rebuild command."""
     try:
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:
@@ -184,8 +178,7 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
                          f"rebuild it with: {rebuild_command(name)}") from err
     model = to_device(model, device or default_device())
     model.checkpoint_name = name  # heads and MTP modules check that they were trained for it (check_beside)
-    model = model.pack_for_cpu() if pack and can_pack(model) else model
-    return model.prepare() if isinstance(model, FastGPT) else model
+    return model
 
 
 def to_device(model: nn.Module, device) -> nn.Module:
@@ -198,14 +191,11 @@ def to_device(model: nn.Module, device) -> nn.Module:
                          f"got {device!r} ({str(err).splitlines()[0]})") from None
 
 
-def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str,
-                pack=None) -> nn.Module:
-    """Load ``name``'s weights into ``model`` (a head or MTP modules that run beside ``target``),
-    put it on the target's device in eval mode, and pack it for the CPU when the target is packed
-    (or as ``pack`` says)."""
+def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Path, rebuild: str) -> nn.Module:
+    """Load ``name``'s weights into ``model`` (a head or MTP modules that run beside ``target``)
+    and put it on the target's device in eval mode."""
     try:
         model.load_state_dict(load_state(name, directory))
     except RuntimeError as err:
         raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild}") from err
-    model = model.to(target.device).eval()
-    return pack_linears(model) if (target.packed if pack is None else pack) and can_pack(model) else model
+    return model.to(target.device).eval()

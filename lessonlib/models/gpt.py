@@ -8,8 +8,9 @@
   ``keep`` (compaction after tree verification).
 * Every model also follows the course's ``logits(tokens)`` protocol, so the generic
   ``lessonlib.decoding.reference.speculative_decode`` runs on it unchanged.
-* ``pack_for_cpu`` packs the large weights for oneDNN (``lessonlib.models.packing``);
-  checkpoints live in ``lessonlib.models.checkpoints``.
+* Checkpoints live in ``lessonlib.models.checkpoints``. The fast paths that run these same
+  weights for decoding (oneDNN packing, the PyTorch fast forward, the native C forward) are
+  engines, in ``lessonlib.engines``; this file is the model they are all checked against.
 
 Shapes: B batch, T new tokens, C = n_embd, V = vocab_size, H = n_head, D = C // H.
 """
@@ -27,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lessonlib.core.validate import check_int, check_token_sequence, check_token_tensor
-from lessonlib.models.packing import PackedLinear, can_pack, pack_linears
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
-        self.packed_head: PackedLinear | None = None  # set by pack_for_cpu
+        self.packed_head: nn.Module | None = None  # an engine's LM head (engines.packing.pack_for_cpu)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("proj.weight", "fc_out.weight")):
@@ -201,22 +201,6 @@ class GPT(nn.Module):
         if self.packed_head is not None:
             return self.packed_head(self.ln_f(hidden))
         return F.linear(self.ln_f(hidden), self.wte.weight)
-
-    @torch.no_grad()
-    def pack_for_cpu(self) -> "GPT":
-        """Pack the large weight matrices (``pack_linears``) and the LM head for fast CPU
-        decoding, in place; inference only (no gradients).
-
-        Measured on the course's 2-core CPU (float32, the first 8 x 256 target, 100 cached tokens):
-        a one-token step 1.86 -> 1.15 ms, a 6-token verify pass 3.36 -> 1.63 ms, a 16-token
-        tree pass 4.37 -> 2.17 ms. Packing the one-layer draft does not change its step time,
-        so decoding packs the target (and the heads that run beside it) only.
-        """
-        if not can_pack(self):  # no oneDNN here (or a GPU / float16 model): plain nn.Linear it is
-            return self
-        pack_linears(self)
-        self.packed_head = PackedLinear(self.wte.weight)  # the LM head is tied to the embedding
-        return self
 
     @property
     def packed(self) -> bool:

@@ -26,9 +26,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, native, read_meta
+from lessonlib.core import kinds as core_kinds
+from lessonlib.models import CHECKPOINTS, GPT, Block, GPTConfig, KVCache, read_meta
 from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
-from lessonlib.models.fast import head_block, linear
+from lessonlib.models.gpt import one_block
 from lessonlib.models.loop import distillation_loss
 
 REG_WEIGHT = 0.1  # feature regression weight: keeps g close to h so deeper steps see familiar inputs
@@ -56,9 +57,19 @@ class EagleHead(nn.Module):
         mask also covers the newest S - T cached positions (``models.prefix_mask``).
         No position embedding: the target's features already carry position.
         """
-        x = linear(self.fc, torch.cat([F.embedding(tokens, target.wte.weight),
-                                       features.to(target.wte.weight.dtype)], -1))
-        return head_block(self.block, x, mask, cache)
+        x = self.project(self.fc, torch.cat([F.embedding(tokens, target.wte.weight),
+                                             features.to(target.wte.weight.dtype)], -1))
+        return self.run_block(x, mask, cache)
+
+    # The two calls a draft step makes, kept apart so that an engine can swap them for its own
+    # (``engines.heads``): here the readable modules, which training runs too.
+    def project(self, layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """An input map (``fc``, EAGLE-3's ``fuse``) over (..., in)."""
+        return layer(x)
+
+    def run_block(self, x: torch.Tensor, mask=None, cache: KVCache | None = None) -> torch.Tensor:
+        """The head's decoder block over x (B, T, C) after ``cache`` (``gpt.one_block``)."""
+        return one_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.fc.weight.dtype)
@@ -68,31 +79,11 @@ class EagleHead(nn.Module):
         """What a drafter runs: (g (T, C), logits) of ``tokens`` (T,) paired with ``features``
         (T, C), or fused-width ones, after ``cache`` (batch 1); logits (T, V), or (1, V) of the
         last token when ``last``; ``mask`` (T, n_fed + T) bool as in ``forward``, None causal.
-        One native call (``native_step``) when it runs here, every new token sees the whole
-        cache (causal) and the logits asked for are one row: a chain's draft step, a commit;
-        else ``forward``, then the target's head."""
-        step = native_step(self, target)
-        causal = mask is None or len(tokens) == 1 and bool(mask.all())
-        if step is not None and causal and (last or len(tokens) == 1) and len(tokens) <= native.MAX_T:
-            g, logits = step(tokens, features, cache)
-            return g, logits[None]
+        An engine may run the whole step in one call (``engines.heads``); here: ``forward``,
+        then the target's head."""
         idx = torch.as_tensor(tokens, dtype=torch.long, device=self.device)[None]
         g = self(target, idx, features[None], None if mask is None else torch.from_numpy(mask), cache)[0]
         return g, target.lm_head(g[-1:] if last else g)
-
-
-def native_step(head: EagleHead, target: GPT) -> native.EagleStep | None:
-    """``head``'s one-token draft step beside ``target`` in one native call (``native.eagle_step``),
-    or None where the native forward does not run it. Kept on the head, keyed by the weights'
-    storage and the target's native forward, like ``fast.fast_one_block``'s prepared block."""
-    blocks = getattr(target, "native", None)
-    fuse = getattr(head, "fuse", None)
-    key = (head.fc.weight.data_ptr(), head.block.qkv.weight.data_ptr(),
-           None if fuse is None else fuse.weight.data_ptr(), id(target), id(blocks), native.enabled())
-    if getattr(head, "_step_key", None) != key:
-        head._step = native.eagle_step(head.fc, head.block, target.wte.weight, blocks, fuse)
-        head._step_key = key
-    return head._step
 
 
 def fusion_layers(n_layer: int) -> tuple[int, ...]:
@@ -116,7 +107,7 @@ class Eagle3Head(EagleHead):
 
     def forward(self, target: GPT, tokens, features, mask=None, cache: KVCache | None = None):
         if features.shape[-1] != self.config.n_embd:
-            features = linear(self.fuse, features.to(self.fuse.weight.dtype))
+            features = self.project(self.fuse, features.to(self.fuse.weight.dtype))
         return super().forward(target, tokens, features, mask, cache)
 
 
@@ -268,7 +259,7 @@ def medusa_losses(heads: MedusaHeads, target: GPT, t_logits, h, temperatures=(1.
     return losses, agree
 
 
-HEAD_KINDS = ("eagle", "eagle3", "medusa")
+HEAD_KINDS = core_kinds.names("head")  # ("eagle", "eagle3", "medusa"): core.kinds is the one list
 
 
 def build(kind, config: GPTConfig, n_heads=4):
@@ -279,13 +270,10 @@ def build(kind, config: GPTConfig, n_heads=4):
     return {"eagle": EagleHead, "eagle3": Eagle3Head}[kind](config)
 
 
-def load_head(name, target: GPT, directory=CHECKPOINTS, pack=None):
-    """A trained EAGLE head or Medusa heads for ``target``, in eval mode on its device.
-
-    ``pack``: pack the weights for fast CPU decoding (``models.pack_linears``); by default
-    the head is packed when its target is (``load(..., pack=True)``), as it runs beside it.
-    """
+def load_head(name, target: GPT, directory=CHECKPOINTS):
+    """A trained EAGLE head or Medusa heads for ``target``, in eval mode on its device: the
+    readable modules (``engines.load_head`` gives the same head on its target's engine)."""
     meta = read_meta(name, directory)  # a missing file names the rebuild command
     kind = check_beside(meta, name, target, HEAD_KINDS)  # kind, widths, vocabulary, target: named ValueErrors
     model = build(kind, config_from_meta(meta, name), meta.get("n_heads") or 4)
-    return load_beside(model, name, target, directory, f"python -m lessonlib.models.train_heads {meta['kind']}", pack)
+    return load_beside(model, name, target, directory, f"python -m lessonlib.models.train_heads {meta['kind']}")

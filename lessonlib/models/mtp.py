@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from lessonlib.core.validate import check_int
 from lessonlib.models import GPT, Block, GPTConfig, KVCache
-from lessonlib.models.fast import head_block
+from lessonlib.models.gpt import one_block
 from lessonlib.models.steps import autocast, optimizer_step
 
 LAMBDA_EARLY, LAMBDA_LATE, LAMBDA_SWITCH = 0.3, 0.1, 2 / 3  # DeepSeek-V3: 0.3 for the first 10T of 14.8T tokens
@@ -55,7 +55,12 @@ class MTPModule(nn.Module):
         target; no position embedding: h^{d-1} already carries position.
         """
         x = self.proj(torch.cat([self.norm_h(hidden.to(self.proj.weight.dtype)), self.norm_e(target.wte(tokens))], -1))
-        return head_block(self.block, x, mask, cache)
+        return self.run_block(x, mask, cache)
+
+    def run_block(self, x: torch.Tensor, mask=None, cache: KVCache | None = None) -> torch.Tensor:
+        """The module's decoder block over x (B, T, C) after ``cache`` (``gpt.one_block``); an
+        engine swaps it for its own (``engines.heads``)."""
+        return one_block(self.block, x, mask, cache)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.proj.weight.dtype)
@@ -132,9 +137,9 @@ def mtp_train_step(model: TargetWithMTP, optimizer, x, y, teacher=None, kind="ce
     return optimizer_step(model, optimizer, main + lam / len(depth_losses) * sum(depth_losses))
 
 
-def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
-    """Trained MTP modules for ``target`` (``{target}-mtp``), eval mode, on its device; packed for
-    the CPU when the target is (they run beside it)."""
+def load_mtp(name: str, target: GPT, directory=None) -> MTPModules:
+    """Trained MTP modules for ``target`` (``{target}-mtp``), eval mode, on its device: the
+    readable modules (``engines.load_mtp`` gives them on their target's engine)."""
     from lessonlib.models import CHECKPOINTS, read_meta
     from lessonlib.models.checkpoints import check_beside, config_from_meta, load_beside
 
@@ -145,4 +150,4 @@ def load_mtp(name: str, target: GPT, directory=None, pack=None) -> MTPModules:
     if not isinstance(meta.get("depth"), int) or isinstance(meta["depth"], bool) or meta["depth"] < 1:
         raise ValueError(f"checkpoint {name!r} metadata must hold a depth >= 1, got {meta.get('depth')!r}")
     mtp = MTPModules(config, meta["depth"])
-    return load_beside(mtp, name, target, directory, f"python -m lessonlib.models.train {meta['target']}", pack)
+    return load_beside(mtp, name, target, directory, f"python -m lessonlib.models.train {meta['target']}")

@@ -22,15 +22,15 @@ import torch.nn as nn
 from lessonlib import cli
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
 from lessonlib.models import data
-from lessonlib.models.heads import (OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses, medusa_losses,
+from lessonlib.models.heads import (HEAD_KINDS, OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses, medusa_losses,
                                     target_outputs)
 from lessonlib.models.loop import fit
 from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step
 
 EAGLE3_TTT = 3  # EAGLE-3's training-time test unrolls the head this many steps on its own outputs
-KINDS = {"eagle": ("eagle",), "eagle3": ("eagle3",), "medusa": ("medusa",), "both": ("eagle", "medusa"),
-         "all": ("eagle", "eagle3", "medusa")}
+# each head kind of core.kinds alone, and the joint runs: EAGLE + Medusa, every head (one target forward per batch)
+KINDS = {**{kind: (kind,) for kind in HEAD_KINDS}, "both": ("eagle", "medusa"), "all": HEAD_KINDS}
 
 
 class Trainee(nn.Module):

@@ -30,7 +30,7 @@ TESTS = {  # the test files that speak for a file (first match wins), else the g
     "lessonlib/decoding/measures.py": ["tests/decoding/test_loops.py", "tests/decoding/test_decode.py",
                                        "tests/core/test_toy.py"],
     "lessonlib/decoding/batch.py": ["tests/decoding/test_batch.py"],
-    "lessonlib/models/batched.py": ["tests/decoding/test_batch.py"],
+    "lessonlib/engines/batched.py": ["tests/decoding/test_batch.py"],
     "lessonlib/decoding/reference.py": ["tests/core/test_toy.py", "tests/core/test_chain.py",
                                         "tests/decoding/test_reference.py", "tests/decoding/test_sampled_loops.py",
                                         "tests/core/test_validate.py", "tests/test_validation.py",
@@ -602,7 +602,7 @@ MUTANTS += [
      "row[\"c_per_step\"] = row[\"draft_cost_per_round\"] / (depth + 1)", "a tree-loop chain's c divided by K + 1"),
 ]
 
-BATCH, BATCHED = "lessonlib/decoding/batch.py", "lessonlib/models/batched.py"
+BATCH, BATCHED = "lessonlib/decoding/batch.py", "lessonlib/engines/batched.py"
 MUTANTS += [  # the batched loops (issue 31): per-row lengths, masks, rows leaving the batch
     ("decoding", BATCH, "cache.truncate(start + [len(e) for e in emitted])",
      "cache.truncate(start + [len(e) - 1 for e in emitted])", "batched commit drops each row's last kept key"),
@@ -622,8 +622,8 @@ EQUIVALENT = {
         "the clamp never binds on any input sample() or the batched rounds can produce",
 }
 
-NATIVE_C, NATIVE_PY, FAST = "lessonlib/models/native.c", "lessonlib/models/native.py", "lessonlib/models/fast.py"
-NATIVE_TESTS = ["tests/models/test_native.py", "tests/models/test_fast.py", "tests/models/test_fast_heads.py"]
+NATIVE_C, NATIVE_PY, FAST = "lessonlib/engines/native.c", "lessonlib/engines/native.py", "lessonlib/engines/fast.py"
+NATIVE_TESTS = ["tests/engines/test_native.py", "tests/engines/test_fast.py", "tests/engines/test_fast_heads.py"]
 GROUP_TESTS |= {"native": NATIVE_TESTS}
 MUTANTS += [  # the native forward (issue 27): native.c is rebuilt from the mutated source (its cache key is the text)
     ("native", NATIVE_C, "    int last = mask ? end : start + t + 1;", "    int last = mask ? end : start + t;",

@@ -84,7 +84,7 @@ def check(mutants) -> list[str]:
         if count != 1:
             stale.append(f"{path}: {why!r} (snippet found {count} times)")
             continue
-        if not path.endswith(".py"):  # native.c: compiled by the tests themselves (models.native)
+        if not path.endswith(".py"):  # native.c: compiled by the tests themselves (engines.native)
             continue
         try:
             compile(source.replace(original, mutated), path, "exec")

@@ -56,7 +56,7 @@ def test_refuses_what_cannot_show_agreement():
 
 def test_a_reports_decode_path_is_read_from_its_machine_record():
     from lessonlib.bench import common
-    from lessonlib.models import native
+    from lessonlib.engines import native
 
     here = "native" if native.library() is not None else "fast"  # the native forward where it builds
     assert record._path({"machine": common.machine()}) == here

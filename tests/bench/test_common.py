@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from lessonlib import paths, runs
+from lessonlib import engines, paths, runs
 from lessonlib.bench import common, kinds, load, tree
 from lessonlib.bench import decode as bench_decode
 from lessonlib.decoding import measures
@@ -61,7 +61,7 @@ def test_tree_methods_are_named_runs():
 def test_decode_and_tree_benchmarks_share_the_definition_of_c():
     """Same prompts, same settings: both benchmarks compute a prompt's c as its draft step over
     plain decoding's one-token step of that prompt (the numbers differ run to run, the formula not)."""
-    target, draft = load_model("target", "cpu", pack=True), load_model("draft-kl", "cpu")
+    target, draft = engines.load("target", "cpu"), load_model("draft-kl", "cpu")
     settings = {"prompts": 5, "prompt_len": 16, "new_tokens": 8, "repeats": 1}
     rows, plain = bench_decode.config_rows(target, {"draft-kl": draft}, (3,), "code", 0.0, 1, settings, seed=0)
     row = rows[0]

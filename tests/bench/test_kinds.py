@@ -22,7 +22,8 @@ def _table():
 def test_every_kind_has_a_chain_and_a_tree_in_the_sweep():
     table = _table()
     families = {family for family, _ in table.values()}
-    for kind, (chains, trees, _, _) in kinds.KINDS.items():
+    for kind, k in kinds.KINDS.items():
+        chains, trees = k.families
         assert families & set(chains) and families & set(trees), kind
     assert set(kinds.FALLBACK.values()) <= set(table)  # every fallback setting is a method of the sweep
 

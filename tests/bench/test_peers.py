@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines, models
 from lessonlib.models import data
 from lessonlib.decoding import decode
 from loop_support import context_gpt
@@ -33,7 +33,7 @@ def test_conversion_to_hugging_face_gpt2_is_exact():
     w.copy_(w.t().clone())  # negative control: the Conv1D transpose forgotten on one layer
     assert (hf(idx).logits - target(idx)).abs().max() > 1e-2
     with pytest.raises(ValueError, match="unpacked"):
-        to_hf(models.load("target", pack=True))
+        to_hf(engines.load("target"))
 
 
 def _row(method, engine, tps, speedup=1.0, threads=1):

@@ -1,4 +1,4 @@
-"""Batched decoding (``decoding.batch``, ``models.batched``): B sequences at once, each at its own length.
+"""Batched decoding (``decoding.batch``, ``engines.batched``): B sequences at once, each at its own length.
 
 * the batched cache against recomputation: rows fed in uneven chunks (counts 0 included), each
   row's logits and keys/values equal a fresh batch-1 prefill of its tokens; rows leaving keep theirs;
@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from lessonlib.decoding import batch, decode
+from lessonlib import engines
 from lessonlib.models import load
-from lessonlib.models.batched import BatchCache, batched_forward
+from lessonlib.engines.batched import BatchCache, batched_forward
 from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
 
 PROMPTS = [[5, 17, 3, 42, 8], [9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [60, 61], [33, 7, 7, 2, 90, 14, 1]]
@@ -72,7 +73,7 @@ def test_greedy_rows_equal_their_batch_1_output(toys, k):
 
 
 def test_shipped_target_and_draft_kl_batched_equal_batch_1():
-    target, draft = load("target", pack=True), load("draft-kl")
+    target, draft = engines.load("target"), load("draft-kl")
     from lessonlib.models.data import heldout_prompts
 
     prompts = [p[: 20 + 13 * i] for i, p in enumerate(heldout_prompts("code", 3, 50))]  # 20 to 46 tokens

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines, models
 from lessonlib.models import data
 from lessonlib.core import tree
 from lessonlib.decoding import decode
@@ -182,7 +182,7 @@ def test_combined_and_lookahead_greedy_equal_greedy_on_a_context_dependent_gpt()
 
 @pytest.mark.parametrize("method", ["lookup", "combined", "lookahead"])
 def test_shipped_models_are_lossless_at_t0(method):
-    target = models.load("target", pack=True)
+    target = engines.load("target")
     prompt = data.heldout_prompts("code", 5, 64)[2]
     expected, _ = decode.generate(target, prompt, 96)
     if method == "lookahead":

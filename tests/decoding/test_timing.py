@@ -34,3 +34,22 @@ def test_pass_times_times_every_size_and_checks_the_context():
     assert set(times) == {1, 4} and all(0 < t < float("inf") for t in times.values())
     with pytest.raises(ValueError, match="context"):
         timing.pass_times(model, (1, 30), context=8)
+
+
+def test_clock_files_a_block_or_a_call_under_its_phase():
+    """``Clock`` as a context manager and as the loops' Timer: seconds and calls add up per phase,
+    a block that raises is not counted, phases stay apart."""
+    import time as _time
+
+    from lessonlib.decoding.timing import Clock
+
+    clock = Clock()
+    with clock.phase("verify"):
+        _time.sleep(0.002)
+    assert clock("verify", lambda x: x + 1, 1) == 2
+    with pytest.raises(RuntimeError):
+        with clock.phase("draft"):
+            raise RuntimeError("boom")
+    assert clock.calls == {"verify": 2} and "draft" not in clock.seconds
+    assert clock.seconds["verify"] >= 0.002 and clock.per_call("verify") == clock.seconds["verify"] / 2
+    assert clock.per_call("draft") == 0.0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines, models
 from lessonlib.decoding import decode
 from lessonlib.models import data
 from loop_support import context_gpt
@@ -106,7 +106,7 @@ def test_llama_cpp_on_the_export_gives_lessonlibs_logits_and_greedy_tokens(expor
     diff = np.abs(peer_llama.logits(llm, tokens) - want).max()
     assert diff < ATOL[dtype], diff
     prompt = data.heldout_prompts("code", 5, 64)[1]
-    ours = decode.generate(models.load("target", "cpu", pack=True), prompt, 32)[0]
+    ours = decode.generate(engines.load("target", "cpu"), prompt, 32)[0]
     assert peer_llama.run(peer_llama.engine(exported["target", dtype], 1, 256), prompt, 32)[0] == ours
     # negative control: q and k of block 3 swapped in the export -- the logits must move far past ATOL
     broken = models.load("target", "cpu")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines, models
+from lessonlib.engines import packing
 from lessonlib.models import GPT, GPTConfig
 
 ATOL = 1e-4  # float32 logits of order 1; cached and full forwards differ only by summation order
@@ -42,10 +43,10 @@ def test_cache_prefill_append_truncate_matches_full_recomputation(model):
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
-@pytest.mark.skipif(not models.can_pack(GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4))),
+@pytest.mark.skipif(not packing.can_pack(GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4))),
                     reason="packing needs a CPU with oneDNN")
 def test_packed_weights_give_the_same_logits(model):
-    packed = copy.deepcopy(model).pack_for_cpu()
+    packed = packing.pack_for_cpu(copy.deepcopy(model))
     assert packed.packed and not model.packed and packed.num_params() == model.num_params()
     tokens = np.random.default_rng(1).integers(0, 97, size=20).tolist()
     torch.testing.assert_close(full_logits(packed, tokens), full_logits(model, tokens), atol=ATOL, rtol=0)
@@ -60,24 +61,22 @@ def test_packed_weights_give_the_same_logits(model):
     torch.testing.assert_close(block, want[11:17], atol=ATOL, rtol=0)
     assert not any(p.requires_grad for p in packed.parameters())  # inference only
     with pytest.raises(ValueError, match="packing needs a float32"):
-        models.pack_linears(copy.deepcopy(model).double())
+        packing.pack_linears(copy.deepcopy(model).double())
     # a model packing cannot serve (float64 here) keeps its plain nn.Linear layers
-    plain = copy.deepcopy(model).double().pack_for_cpu()
-    assert not plain.packed and not any(isinstance(m, models.PackedLinear) for m in plain.modules())
+    plain = packing.pack_for_cpu(copy.deepcopy(model).double())
+    assert not plain.packed and not any(isinstance(m, packing.PackedLinear) for m in plain.modules())
 
 
 def test_packing_falls_back_to_plain_linear_without_onednn(model, monkeypatch):
-    """Where the private oneDNN ops are missing, pack_for_cpu and load(pack=True) keep the
+    """Where the private oneDNN ops are missing, pack_for_cpu and engines.load keep the
     plain nn.Linear layers and give the same logits."""
-    from lessonlib.models import packing
-
     monkeypatch.setattr(packing, "onednn_available", lambda: False)
-    assert not models.can_pack(model)
-    fallback = copy.deepcopy(model).pack_for_cpu()
-    assert not fallback.packed and not any(isinstance(m, models.PackedLinear) for m in fallback.modules())
+    assert not packing.can_pack(model)
+    fallback = packing.pack_for_cpu(copy.deepcopy(model))
+    assert not fallback.packed and not any(isinstance(m, packing.PackedLinear) for m in fallback.modules())
     tokens = np.random.default_rng(2).integers(0, 97, size=12).tolist()
     torch.testing.assert_close(full_logits(fallback, tokens), full_logits(model, tokens), atol=0, rtol=0)
-    assert not models.load("draft-kl", "cpu", pack=True).packed
+    assert not engines.load("draft-kl", "cpu", engine="packed").packed
 
 
 def test_cache_changes_with_the_prefix(model):

@@ -6,7 +6,9 @@ import torch
 
 from lessonlib.models import heads, train_heads
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
-from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, can_pack, save
+from lessonlib.engines import FastGPT, accelerate
+from lessonlib.engines.packing import can_pack, pack_for_cpu
+from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, save
 
 CONFIG = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2, n_embd=32)
 
@@ -102,7 +104,8 @@ def test_checkpoint_round_trip(tmp_path):
         heads.load_head("medusa", target, tmp_path)
     if can_pack(loaded):  # packed for CPU decoding: the same features, cached and tree-masked
         target = target.float()
-        packed = heads.load_head("eagle", target, tmp_path, pack=True)
+        fast = pack_for_cpu(FastGPT.from_gpt(target)).prepare()  # the head on its target's engine
+        packed = accelerate(heads.load_head("eagle", target, tmp_path), fast)
         tokens, feats = torch.randint(0, CONFIG.vocab_size, (1, 6)), torch.randn(1, 6, CONFIG.n_embd)
         mask = torch.ones(3, 3, dtype=torch.bool).tril()
         mask[2, 1] = False  # a tree: node 2 is a sibling of node 1

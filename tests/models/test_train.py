@@ -95,7 +95,7 @@ def test_distillation_losses_vanish_only_at_the_teacher(kind):
 
 
 def test_autocast_uses_bfloat16_only_where_the_cpu_computes_it(monkeypatch):
-    """Emulated bfloat16 made training 8.6x slower on an AVX2-only CPU (packing.native_bf16)."""
+    """Emulated bfloat16 made training 8.6x slower on an AVX2-only CPU (steps.native_bf16)."""
     import contextlib
 
     import torch

@@ -8,13 +8,16 @@ section says which command measures them.
 from __future__ import annotations
 
 from lessonlib.bench import common, record
+from lessonlib.core import kinds as core_kinds
 
 MIN_SPEEDUP = 1.1  # below this median speedup a kind is not worth its risk and memory at that temperature
-KINDS = ("EAGLE-3", "EAGLE", "draft-kl", "Medusa", "MTP")  # longest first: "EAGLE-3 ..." is not EAGLE's
+KINDS = tuple(k.label for k in core_kinds.KINDS)  # the sampled benchmark's labels (core.kinds)
 
 
 def kind_of(method: str) -> str | None:
-    return next((k for k in KINDS if method.startswith(k + " ")), None)
+    """The label of the kind ``method`` runs (``core.kinds.of_method``), None for plain or lookup."""
+    found = core_kinds.of_method(method)
+    return None if found is None else found.label
 
 
 def best_at(rows, setting: str = "T = 1") -> dict[str, dict]:

@@ -11,7 +11,7 @@ the next forward overwrites them and no query of that row can see them in betwee
   ``truncate`` (per-row rollback), ``select`` (finished rows leave the batch), ``row`` (one row
   as a batch-1 ``KVCache``, for the tests against a fresh prefill).
 * ``batched_forward(model, cache, tokens, counts)`` -- logits of every new token (B, T, V), or of
-  each row's last real one (B, V). It runs ``FastGPT``'s gathered weights (``models.fast``: one
+  each row's last real one (B, V). It runs ``FastGPT``'s gathered weights (``engines.fast``: one
   ``addmm`` per product) with a batch axis; one row is handed to ``FastGPT``'s batch-1 path on a
   view of the row, so at B = 1 generality costs only the loop's bookkeeping (``bench batch``
   measures it; the per-row path of the general case cost about 10 % more per one-token step).
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from lessonlib.core.validate import check_int
-from lessonlib.models.fast import FastGPT
+from lessonlib.engines.fast import FastGPT
 from lessonlib.models.gpt import GPT, KVCache, prefix_mask
 
 # a GPT that is not a FastGPT gets one converted copy, kept as long as the model lives

@@ -1,21 +1,22 @@
-"""The fast decode path (``models.fast.FastGPT``) equals the readable GPT: logits within float32
+"""The fast decode path (``engines.fast.FastGPT``) equals the readable GPT: logits within float32
 rounding over every kind of cached call (steps, verify blocks, tree masks and positions, fused
 features), the same greedy tokens through the plain, chain and tree loops on the shipped
 models, the KV-cache tests of test_gpt_kv_cache.py re-run on it, and the readable model's
 errors for bad input, with the cache untouched. Every test runs twice: with the native forward
-(``models.native``, the default where it builds) and with the PyTorch fast path."""
+(``engines.native``, the default where it builds) and with the PyTorch fast path."""
 import functools
 
 import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines, models
 from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models import GPT, FastGPT, native
+from lessonlib.engines import FastGPT, native
+from lessonlib.models import GPT
 from lessonlib.models.data import heldout_prompts
 from loop_support import context_gpt
 from tests.models.test_gpt_kv_cache import assert_cache_is_prefill, updates_then_compare
@@ -25,30 +26,37 @@ ATOL = {torch.float32: 1e-4, torch.float64: 1e-9}  # the two paths differ by sum
 
 @pytest.fixture(scope="module", params=["native", "torch"])
 def pair(request):
-    """(readable, fast) shipped targets: the readable one packed as the loops ran it before; the
-    fast one on the native forward, or on the PyTorch fast path."""
-    readable = models.load("target", "cpu", pack=True, fast=False)
+    """(readable, fast) shipped targets: the readable one packed (the "packed" engine); the fast
+    one on the native forward ("native"), or on the PyTorch fast path ("fast")."""
+    readable = engines.load("target", "cpu", engine="packed")
     if request.param == "torch":
-        with native.turned_off():
-            fast = models.load("target", "cpu", pack=True)
-        assert fast.native is None
+        fast = engines.load("target", "cpu", engine="fast")
+        assert fast.native is None and engines.engine_of(fast) == "fast"
     else:
-        if native.library() is None:
+        if engines.unavailable("native") is not None:
             pytest.skip(native.status())
-        fast = models.load("target", "cpu", pack=True)
-        assert fast.native is not None
+        fast = engines.load("target", "cpu", engine="native")
+        assert fast.native is not None and engines.engine_of(fast) == "native"
     return readable, fast
 
 
-def test_load_gives_the_fast_model_by_default_and_the_readable_one_on_request(pair):
+def test_load_gives_the_engine_asked_for_and_auto_the_fastest_here(pair):
     readable, fast = pair
-    assert isinstance(fast, FastGPT) and type(readable) is GPT
-    assert type(models.load("draft-kl", "cpu")) is GPT  # unpacked: trainable, the readable forward
+    assert isinstance(fast, FastGPT) and type(readable) is GPT and engines.engine_of(readable) in ("packed", "readable")
+    assert type(models.load("draft-kl", "cpu")) is GPT  # models.load: the readable model, trainable
+    assert models.load("draft-kl", "cpu").wte.weight.requires_grad
+    assert not fast.wte.weight.requires_grad  # an engine's model is inference only
     assert fast.checkpoint_name == "target" and fast.num_params() == readable.num_params()
-    with pytest.raises(ValueError, match="fast must be a boolean, True only with pack=True"):
-        models.load("draft-kl", "cpu", fast=True)
-    with pytest.raises(ValueError, match="fast must be a boolean"):
-        models.load("draft-kl", "cpu", pack=True, fast="yes")
+    auto = engines.load("draft-kl", "cpu")
+    assert auto.engine == engines.engine_of(auto) == ("native" if engines.unavailable("native") is None else "fast")
+    assert engines.load("draft-kl", "cpu", engine="readable").engine == "readable"
+    with native.turned_off():  # where native.c cannot run, auto falls back and "native" says why in one line
+        assert engines.load("draft-kl", "cpu").engine == "fast"
+        with pytest.raises(ValueError, match="engine 'native' is not available here"):
+            engines.load("draft-kl", "cpu", engine="native")
+    for bad in ("turbo", None, 1, "Native"):
+        with pytest.raises(ValueError, match="engine must be one of readable, packed, fast, native, auto"):
+            engines.load("draft-kl", "cpu", engine=bad)
 
 
 @torch.inference_mode()

@@ -1,20 +1,20 @@
-"""The one-block heads' fast path (``models.fast.head_block``) against the readable block: the
+"""The one-block heads' fast path (``engines.fast.head_block``) against the readable block: the
 same features and the same cache after a prefill, a tree-masked step and a one-token step, on
-the native forward (``models.native``) and on the PyTorch fast path."""
+the native forward (``engines.native``) and on the PyTorch fast path."""
 import contextlib
 
 import pytest
 import torch
 
-from lessonlib.models import load, native
-from lessonlib.models.fast import fast_one_block, head_block
+from lessonlib.engines import load, load_head, native
+from lessonlib.engines.fast import fast_one_block, head_block
+from lessonlib.models import heads
 from lessonlib.models.gpt import one_block
-from lessonlib.models.heads import load_head
 
 
 @pytest.fixture(scope="module")
 def target():
-    return load("target", pack=True)
+    return load("target")
 
 
 def _steps(run, C):
@@ -51,7 +51,7 @@ def test_fast_head_block_equals_the_readable_block(target, name, path):
 
 @torch.no_grad()
 def test_fast_block_gathers_again_after_the_weights_change(target):
-    head = load_head("eagle", target, pack=False)  # a packed linear keeps its own copy of the weight
+    head = heads.load_head("eagle", target)  # unpacked: a packed linear keeps its own copy of the weight
     C = target.config.n_embd
     x = torch.randn(1, 2, C, generator=torch.Generator().manual_seed(1))
     before = fast_one_block(head.block, x, None, head.new_cache())
@@ -75,8 +75,8 @@ def test_training_and_batches_take_the_readable_block(target):
 def test_fast_linear_equals_the_module_and_follows_a_new_weight(target):
     """``fast.linear`` (the heads' input maps at inference) equals the module, packed or not,
     over 1-, 2- and 3-D input; a replaced weight is used, not a stale copy; under grad it is the module."""
-    from lessonlib.models.fast import linear
-    from lessonlib.models.packing import PackedLinear
+    from lessonlib.engines.fast import linear
+    from lessonlib.engines.packing import PackedLinear
 
     gen = torch.Generator().manual_seed(3)
     plain = torch.nn.Linear(480, 160)

@@ -1,5 +1,5 @@
 /* The native decode forward: the GPT of models/gpt.py over T new tokens after a KV cache,
- * batch 1, in one call (models/native.py builds and loads it; python -m lessonlib.bench
+ * batch 1, in one call (engines/native.py builds and loads it; python -m lessonlib.bench
  * bandwidth measures it).
  *
  * Why C: the shipped target's one-token step is 24 blocks of small products (160 wide). In
@@ -22,7 +22,7 @@
  * tokens to a one-token step, not another read of the weights (bench bandwidth, bench peers).
  * Half-precision weights are used only when they hold the float32 weights exactly (native.py
  * checks), so f16 changes memory traffic, not the numbers. Sums run in another order than
- * PyTorch's: results agree to float32 rounding (tests/models/test_native.py).
+ * PyTorch's: results agree to float32 rounding (tests/engines/test_native.py).
  * Threads: torch's thread count (lessonlib.threads: one by default), through OpenMP, for the
  * larger products and attention (SPLIT); the other steps are short and run on one thread.
  */

@@ -1,4 +1,4 @@
-"""The native forward (``models.native``, ``native.c``): it builds here, runs where it says it
+"""The native forward (``engines.native``, ``native.c``): it builds here, runs where it says it
 does, keeps half-precision weights only when they are exact, agrees with the readable GPT on
 both sides of ``MAX_T``, and a failed build or ``LESSONLIB_NATIVE=0`` leaves the PyTorch path
 (equal results). test_fast.py and test_fast_heads.py run every other check on both paths."""
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib import models
+from lessonlib import engines
 from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter
-from lessonlib.models import FastGPT, heads, native
-from lessonlib.models.fast import head_block
+from lessonlib.engines import FastGPT, heads, native
+from lessonlib.engines.fast import head_block
 from lessonlib.models.gpt import one_block
-from lessonlib.models.heads import load_head
+from lessonlib.engines import load_head
 from loop_support import context_gpt
 
 ATOL = 1e-4
@@ -23,7 +23,7 @@ ATOL = 1e-4
 def target():
     if native.library() is None:
         pytest.skip(native.status())
-    return models.load("target", "cpu", pack=True)
+    return engines.load("target", "cpu")
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def _readable_logits(model, tokens, cut):
 def test_native_and_pytorch_sides_of_max_t_match_the_readable_model(target, n_new):
     """A call of MAX_T new tokens runs native.c, one more runs PyTorch's path: both equal the
     readable model, and native.c really ran for the first (its counter of calls moved)."""
-    readable = models.load("target", "cpu", pack=True, fast=False)
+    readable = engines.load("target", "cpu", engine="packed")
     tokens = torch.as_tensor(np.random.default_rng(n_new).integers(0, 2048, (1, 40 + n_new)))
     calls = []
     real = target.native.run
@@ -155,7 +155,7 @@ def test_the_native_eagle_step_equals_the_head_it_fuses(target, kind):
 def test_turned_off_and_bad_settings(monkeypatch):
     with native.turned_off():
         assert not native.enabled() and native.status().startswith("off")
-        assert models.load("draft-kl", "cpu", pack=True).native is None
+        assert engines.load("draft-kl", "cpu").native is None
     monkeypatch.setenv(native.ENV, "yes")
     with pytest.raises(ValueError, match="LESSONLIB_NATIVE must be 0 or 1"):
         native.enabled()
@@ -189,7 +189,7 @@ def test_the_build_is_cached_by_content(fresh):
 def test_fused_features_come_in_block_order_like_the_readable_model(target):
     """EAGLE-3 asks for blocks by index; an unsorted tuple still gives them in block order, as
     ``GPT.forward`` concatenates them (a repeated index once)."""
-    readable = models.load("target", "cpu", pack=True, fast=False)
+    readable = engines.load("target", "cpu", engine="packed")
     tokens = torch.as_tensor(np.random.default_rng(7).integers(0, 2048, (1, 12)))
     outs = []
     for model in (target, readable):

@@ -19,25 +19,26 @@ cached call computes the same numbers with cheaper calls:
   embedding look-ups themselves (a CPU ``F.embedding`` raises on an index out of range, which
   becomes the readable model's ``ValueError``), the cache bounds by two integer compares.
 
-Where the native forward builds (``models.native``, the default), a batch-1 cached call of up to
+Where the native forward builds (``engines.native``, the default), a batch-1 cached call of up to
 ``native.MAX_T`` new tokens runs every block in one call to ``native.c`` instead, and the LM head
 too; the PyTorch path above is what runs without it (``LESSONLIB_NATIVE=0``, no C compiler).
 Anything else (a batch, no cache, training) runs the readable ``GPT.forward``. The LM head
 (``lm_head``, which the EAGLE, Medusa and MTP drafters call on every draft step) is one
-``matmul`` on the transposed embedding as well. ``models.load(name, pack=True)`` returns a
-``FastGPT`` (``fast=False`` the readable packed ``GPT``); ``FastGPT.from_gpt(model)`` converts
+``matmul`` on the transposed embedding as well. ``engines.load(name, engine="native" | "fast")``
+returns a ``FastGPT`` ("packed" the readable packed ``GPT``); ``FastGPT.from_gpt(model)`` converts
 a model in memory. ``python -m lessonlib.bench bandwidth`` measures both paths.
 
 The one-block heads (EAGLE, EAGLE-3, MTP) run their block on every draft step through
 ``head_block``: the same ``block_step`` on a batch-1 cached call at inference, the readable
-``gpt.one_block`` otherwise (``tests/models/test_fast_heads.py``).
+``gpt.one_block`` otherwise (``tests/engines/test_fast_heads.py``).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from lessonlib.models import native
+from lessonlib.engines import native
+from lessonlib.engines.packing import pack_for_cpu
 from lessonlib.models.gpt import GPT, Block, KVCache, one_block, prefix_mask
 
 # One block's weights, in the order ``_block`` reads them: ln_1 (w, b), qkv (W.T, b),
@@ -71,10 +72,11 @@ MEASURED = {"addmm_480x160_us": (6.6, 9.5, 18.4), "linear_480x160_us": (11.1, 21
 
 class FastGPT(GPT):
     """A ``GPT`` whose batch-1 cached forward is the fast path (module docstring); same
-    parameters, same state dict, the same logits within float32 rounding (``tests/models/test_fast.py``)."""
+    parameters, same state dict, the same logits within float32 rounding (``tests/engines/test_fast.py``)."""
 
     fast_layers: list[Layer] | None = None  # set by ``prepare``; None: prepared on the next fast call
     native: native.Blocks | None = None  # the blocks and head for native.c, or None (``native.status()``)
+    use_native = True  # False: the PyTorch fast path even where native.c builds (the "fast" engine)
 
     @classmethod
     def from_gpt(cls, model: GPT) -> "FastGPT":
@@ -86,7 +88,7 @@ class FastGPT(GPT):
         if hasattr(model, "checkpoint_name"):
             fast.checkpoint_name = model.checkpoint_name
         fast.eval().requires_grad_(False)
-        return (fast.pack_for_cpu() if model.packed else fast).prepare()
+        return (pack_for_cpu(fast) if model.packed else fast).prepare()
 
     @torch.no_grad()
     def prepare(self) -> "FastGPT":
@@ -96,7 +98,7 @@ class FastGPT(GPT):
 
         self.fast_layers = [gather(b) for b in self.blocks]
         self.head_t = self.wte.weight.detach().t().contiguous()  # (C, V): the tied LM head
-        self.native = native.prepare(list(self.blocks), (self.wte.weight, self.ln_f))
+        self.native = native.prepare(list(self.blocks), (self.wte.weight, self.ln_f)) if self.use_native else None
         self.check_ids = self.device.type != "cpu"  # a CUDA embedding does not raise on a bad id
         return self
 
@@ -221,14 +223,17 @@ def block_step(x: torch.Tensor, layer: Layer, kv: torch.Tensor, start: int, attn
     return torch.addmm(out_b, h, out_t).add_(x)  # x + fc_out(h)
 
 
-def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache,
+                   use_native: bool = True) -> torch.Tensor:
     """``gpt.one_block`` for a batch-1 call with a cache, inference only (what the EAGLE and MTP
     drafters run on every draft step): the same numbers through ``native.c`` when it runs here
     (up to ``native.MAX_T`` new tokens), else ``block_step``. The prepared weights are kept on the
     block, keyed by the weights' storage, so a moved or reloaded block prepares again."""
-    key = (block.qkv.weight.data_ptr(), block.qkv.weight.dtype, block.qkv.weight.device, native.enabled())
+    key = (block.qkv.weight.data_ptr(), block.qkv.weight.dtype, block.qkv.weight.device,
+           use_native and native.enabled())
     if getattr(block, "_fast_key", None) != key:
-        block._fast_layer, block._native, block._fast_key = gather(block), native.prepare([block]), key
+        block._fast_layer, block._fast_key = gather(block), key
+        block._native = native.prepare([block]) if use_native else None
     T, start = x.shape[1], cache.length
     if start + T > cache.capacity:
         raise ValueError(f"cache holds {cache.capacity} positions; got {start}+{T}")
@@ -242,9 +247,9 @@ def fast_one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None, cac
 
 
 def head_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None = None,
-               cache: KVCache | None = None) -> torch.Tensor:
+               cache: KVCache | None = None, use_native: bool = True) -> torch.Tensor:
     """What a one-block head (EAGLE, EAGLE-3, MTP) runs: ``fast_one_block`` on a batch-1 cached
     call at inference, else the readable ``gpt.one_block`` (training, batches, no cache)."""
     if cache is None or x.shape[0] != 1 or torch.is_grad_enabled() or block.training:
         return one_block(block, x, mask, cache)
-    return fast_one_block(block, x, mask, cache)
+    return fast_one_block(block, x, mask, cache, use_native)

@@ -1,4 +1,5 @@
-"""Weight packing for fast CPU decoding: the only module that touches private oneDNN ops.
+"""The oneDNN packing engine: weight packing for fast CPU decoding, the only module that touches
+private oneDNN ops.
 
 ``torch.ops.mkldnn._reorder_linear_weight`` / ``_linear_pointwise`` are private and may be
 missing from a torch build; ``can_pack`` says whether they are here, and every caller falls
@@ -14,17 +15,6 @@ def onednn_available() -> bool:
     """Whether this torch build has the private oneDNN packing ops (tests switch it off)."""
     return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX, as oneDNN reports).
-    Without it bfloat16 is emulated: on the course's AVX2-only AMD EPYC machine a training
-    step under bfloat16 autocast ran 8.6x slower than in float32 (3.90 s against 0.45 s, a
-    4 x 160 GPT on 8 x 256 tokens, forward and backward)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 # Smaller matrices run faster unpacked (oneDNN costs ~15 us a call). 1 << 16 takes in the
@@ -74,3 +64,21 @@ def can_pack(model: nn.Module) -> bool:
     """Whether ``pack_for_cpu`` can pack this model here (a float32/bfloat16 model on a oneDNN CPU)."""
     weight = next(model.parameters())
     return weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16) and onednn_available()
+
+
+@torch.no_grad()
+def pack_for_cpu(model):
+    """Pack a ``GPT``'s large weight matrices (``pack_linears``) and its tied LM head for fast CPU
+    decoding, in place; inference only (no gradients). A model that cannot be packed here (no
+    oneDNN, a GPU or float16 model) is returned as it is: plain ``nn.Linear``, the same numbers.
+
+    Measured on the course's 2-core CPU (float32, the first 8 x 256 target, 100 cached tokens):
+    a one-token step 1.86 -> 1.15 ms, a 6-token verify pass 3.36 -> 1.63 ms, a 16-token
+    tree pass 4.37 -> 2.17 ms. Packing the one-layer draft does not change its step time,
+    so decoding packs the target (and the heads that run beside it) only.
+    """
+    if not can_pack(model):
+        return model
+    pack_linears(model)
+    model.packed_head = PackedLinear(model.wte.weight)  # the LM head is tied to the embedding
+    return model

@@ -1,0 +1,102 @@
+"""Engines: fast paths that run the readable models' weights for decoding, behind one contract.
+
+The contract is the one the decoding round already uses -- ``GPT.forward``'s: a cached forward
+over new tokens (batch 1) with explicit positions, an optional tree mask (bool (T, S), new
+tokens always see the older cached prefix) and the hidden states the heads need
+(``return_hidden``: the last block's output, or a tuple of blocks' outputs fused), plus
+``lm_head``, ``new_cache`` and the ``logits(tokens)`` protocol. Every engine gives the readable
+model's logits within a stated tolerance (``tests/engines/test_agreement.py``).
+
+=========  ================================================================  ===================
+engine     what runs a cached batch-1 call                                    module
+=========  ================================================================  ===================
+readable   ``models.gpt.GPT`` itself: the model a student reads                ``models.gpt``
+packed     the same modules, large matrices packed for oneDNN                  ``engines.packing``
+fast       PyTorch, one ``addmm`` per product on gathered weights               ``engines.fast``
+native     every block in one call to ``native.c`` (16-bit weights read once)  ``engines.native``
+=========  ================================================================  ===================
+
+``load(name, engine="auto")`` picks native where it builds here, else fast, and the model
+says which it got (``engine_of``). An engine that cannot run here says why in one line.
+"""
+from __future__ import annotations
+
+import pathlib
+
+from lessonlib.engines import native
+from lessonlib.engines.fast import FastGPT
+from lessonlib.engines.heads import accelerate
+from lessonlib.engines.packing import pack_for_cpu
+from lessonlib.models import heads as _heads
+from lessonlib.models import mtp as _mtp
+from lessonlib.models.checkpoints import CHECKPOINTS, config_from_meta, fill, read_meta
+from lessonlib.models.gpt import GPT
+
+ENGINES = ("readable", "packed", "fast", "native")  # slowest to fastest on the course's CPU
+CHOICES = ENGINES + ("auto",)
+
+
+def check_engine(engine) -> str:
+    """``engine`` if it names one (``CHOICES``), else a ValueError naming the choices."""
+    if not isinstance(engine, str) or engine not in CHOICES:
+        raise ValueError(f"engine must be one of {', '.join(CHOICES)}, got {engine!r}")
+    return engine
+
+
+def unavailable(engine: str, device: str = "cpu") -> str | None:
+    """Why ``engine`` cannot run a model on ``device`` here, in one line, or None when it can."""
+    if check_engine(engine) == "native":
+        if str(device).startswith("cuda"):
+            return "engine 'native' runs on the CPU only (native.c); use engine='fast' on a GPU"
+        if native.library() is None or not native.enabled():
+            return f"engine 'native' is not available here: native forward {native.status()}"
+    return None
+
+
+def resolve(engine: str, device: str = "cpu") -> str:
+    """The engine ``engine`` means here: "auto" is native where it runs, else fast."""
+    if check_engine(engine) == "auto":
+        return "native" if unavailable("native", device) is None else "fast"
+    why = unavailable(engine, device)
+    if why is not None:
+        raise ValueError(why)
+    return engine
+
+
+def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPOINTS,
+         engine: str = "auto") -> GPT:
+    """A shipped model on ``engine``, ready to decode: eval mode, inference only (no gradients).
+    The readable model with trainable weights is ``models.load(name)``."""
+    from lessonlib.models.checkpoints import default_device
+
+    device = device or default_device()
+    chosen = resolve(engine, device)
+    config = config_from_meta(read_meta(name, directory), name)
+    model = fill((FastGPT if chosen in ("fast", "native") else GPT)(config), name, device, directory)
+    model.requires_grad_(False)
+    if chosen != "readable":  # the fast engines keep the packed modules for batched, uncached calls
+        pack_for_cpu(model)
+    if isinstance(model, FastGPT):
+        model.use_native = chosen == "native"
+        model.prepare()
+    model.engine = chosen
+    return model
+
+
+def engine_of(model) -> str:
+    """Which engine runs ``model``'s cached calls: native, fast, packed or readable."""
+    if isinstance(model, FastGPT):
+        return "native" if model.native is not None or (model.fast_layers is None and model.use_native
+                                                          and unavailable("native") is None) else "fast"
+    return "packed" if getattr(model, "packed", False) else "readable"
+
+
+def load_head(name, target: GPT, directory=CHECKPOINTS):
+    """A trained EAGLE head or Medusa heads for ``target`` (``models.heads.load_head``) on the
+    target's engine (``accelerate``)."""
+    return accelerate(_heads.load_head(name, target, directory), target)
+
+
+def load_mtp(name: str, target: GPT, directory=None):
+    """Trained MTP modules for ``target`` (``models.mtp.load_mtp``) on the target's engine."""
+    return accelerate(_mtp.load_mtp(name, target, directory), target)
