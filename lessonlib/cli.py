@@ -114,6 +114,33 @@ def env_int(name: str, minimum: int, default: int) -> int:
     return value
 
 
+def check_writable_folder(folder, name: str) -> None:
+    """Raise ValueError naming ``name`` (a flag or an environment variable) unless ``folder`` is a
+    folder this process can write into, or one it can create (its nearest existing parent is a
+    writable folder). Checked before any work, so that a long run is not refused when it writes."""
+    import pathlib
+
+    path = pathlib.Path(folder)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name} must name a folder, got the file {str(path)!r}")
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{name}: {str(path)!r} cannot be created: {str(probe)!r} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: {str(path)!r} is not writable (no write permission on {str(probe)!r})")
+
+
+def outputs_name(flag_value, flag: str = "--out") -> str:
+    """How to name the folder a command writes to in an error: the flag when given, else the
+    environment variable when set, else the default's name."""
+    if flag_value is not None:
+        return flag
+    return "environment variable LESSONLIB_OUTPUTS" if os.environ.get("LESSONLIB_OUTPUTS") is not None \
+        else "the default outputs folder"
+
+
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
         prog: str | None = None) -> int:
     """Run a command's ``main(argv)``: a ValueError or an OSError (a missing file, a folder where

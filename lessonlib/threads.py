@@ -39,9 +39,16 @@ def policy() -> int:
         n = int(raw)
     except ValueError:
         raise ValueError(f"{ENV_VAR} must be an integer >= 0 (0: torch's default), got {raw!r}") from None
-    if n < 0:
-        raise ValueError(f"{ENV_VAR} must be an integer >= 0 (0: torch's default), got {raw!r}")
+    if n < 0 or n > maximum():
+        raise ValueError(f"{ENV_VAR} must be an integer from 0 (torch's default) to {maximum()} (4 per CPU core "
+                         f"here), got {raw!r}")
     return n
+
+
+def maximum() -> int:
+    """The most threads ``LESSONLIB_THREADS`` may ask for: 4 per core, at most 1024 (99,999 threads
+    once crashed torch with a segmentation fault instead of an error)."""
+    return min(1024, 4 * (os.cpu_count() or 1))
 
 
 def apply() -> int:

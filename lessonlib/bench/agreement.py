@@ -23,7 +23,7 @@ from lessonlib.bench import common, decode
 from lessonlib.bench.record import agreement_line as summary_line
 from lessonlib.jsonio import read_json
 
-TOLERANCE = 0.10  # issue 30: two runs of the same setting agree within 10 %
+TOLERANCE = 0.10  # the agreement asked of two runs of the same setting: within 10 %
 KEY = ("threads", "corpus", "temperature", "draft", "k")
 
 

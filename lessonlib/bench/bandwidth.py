@@ -1,4 +1,4 @@
-"""How far is a forward from the memory-traffic limit? (issue 27)
+"""How far is a forward from the memory-traffic limit?
 
     python -m lessonlib.bench bandwidth [--prompts 5] [--new-tokens 128] [--repeats 3]
 

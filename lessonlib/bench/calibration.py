@@ -1,4 +1,4 @@
-"""Is each draft's q a good *sampling* distribution? Teacher-forced alpha and reliability (issue 26).
+"""Is each draft's q a good *sampling* distribution? Teacher-forced alpha and reliability.
 
     python -m lessonlib.bench calibration [--windows 8]
 
@@ -125,7 +125,7 @@ def main(argv=None):
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--windows", type=cli.int_at_least(1), default=8, help="held-out windows of 256 tokens")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
+    args = common.parse(parser, argv)  # LESSONLIB_RUN, LESSONLIB_THREADS and the output folder, before any work
     started = time.time()
     n_threads = threads.apply()
     results = {name: measure(*pq) for name, pq in pairs(n_windows=args.windows, controls=True).items()}

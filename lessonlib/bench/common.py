@@ -16,7 +16,7 @@ import platform
 import torch
 
 from lessonlib import cli, paths, runs, threads
-from lessonlib.jsonio import jsonable, write_atomic
+from lessonlib.jsonio import jsonable, write_together
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
 from lessonlib.engines import native
@@ -51,12 +51,31 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         if args.prompt_len + args.new_tokens > context:
             parser.error(f"--prompt-len + --new-tokens must fit the target's context of {context} tokens, "
                          f"got {args.prompt_len} + {args.new_tokens}")
-    if getattr(args, "out", None) is None:
-        try:
-            paths.benchmarks()
-        except ValueError as err:
-            parser.error(str(err))
+    if hasattr(args, "ks"):
+        check_ks(parser, args.ks, getattr(args, "prompt_len", 0), getattr(args, "new_tokens", 0))
+    try:  # everything the run will read from the environment or write to, before it measures anything
+        runs.run_id()  # LESSONLIB_RUN, stamped into the report when it is written
+        threads.policy()  # LESSONLIB_THREADS
+        out = getattr(args, "out", None)
+        cli.check_writable_folder(pathlib.Path(out) if out is not None else paths.benchmarks(),
+                                  cli.outputs_name(out))
+    except ValueError as err:
+        parser.error(str(err))
     return args
+
+
+MAX_K = 64  # the largest draft length a benchmark runs (the skill file's table stops at K = 64)
+
+
+def check_ks(parser: argparse.ArgumentParser, ks, prompt_len: int, new_tokens: int) -> None:
+    """--ks: every K at most ``MAX_K``, and the prompt, the new tokens and the last round's K - 1
+    extra scored positions fit the target's context; an error names --ks."""
+    if max(ks) > MAX_K:
+        parser.error(f"argument --ks: {max(ks)} (expected draft lengths <= {MAX_K})")
+    context = _target_context()
+    if prompt_len + new_tokens + max(ks) - 1 > context:
+        parser.error(f"argument --ks: --prompt-len + --new-tokens + max K - 1 must fit the target's context of "
+                     f"{context} tokens, got {prompt_len} + {new_tokens} + {max(ks)} - 1")
 
 
 def _target_context() -> int:
@@ -66,7 +85,7 @@ def _target_context() -> int:
     return int(checkpoints.read_meta("target").get("config", {}).get("block_size", 0)) or 10**9
 
 
-# which forward the benchmarks decode with (issue 27: the record says which path each row used)
+# which forward the benchmarks decode with (the record says which path each row used)
 DECODE_PATH = ("fast: every model loaded with engines.load is an engines.fast.FastGPT on the PyTorch fast path "
                "(target and drafts), and the EAGLE, EAGLE-3 and MTP draft steps run fast.head_block")
 NATIVE_PATH = ("native: every model loaded with engines.load is an engines.fast.FastGPT whose batch-1 cached calls "
@@ -134,12 +153,19 @@ def markdown_table(header, rows) -> str:
     return "\n".join(lines)
 
 
-def write_report(stem: str, report: dict, markdown: str, out: pathlib.Path | None = None) -> pathlib.Path:
-    """Write ``stem.json`` and ``stem.md``, each atomically (``jsonio.write_atomic``; the JSON is
-    serialised before either file is touched); returns the folder. The JSON records the run that
-    wrote it under "run" (``runs.stamp``: the regeneration's id, or this process's own)."""
+def report_files(stem: str, report: dict, markdown: str, out: pathlib.Path | None = None) -> dict:
+    """{path: text} of ``stem.json`` and ``stem.md`` in ``out`` (default paths.benchmarks()): the JSON
+    serialised with the run that wrote it under "run" (``runs.stamp``: the regeneration's id, or this
+    process's own); a report that cannot be serialised raises here, before any file is touched."""
     out = pathlib.Path(out) if out is not None else paths.benchmarks()
     text = json.dumps({**report, "run": runs.stamp()}, indent=1, default=jsonable) + "\n"
-    write_atomic(out / f"{stem}.json", text)
-    write_atomic(out / f"{stem}.md", markdown)
+    return {out / f"{stem}.json": text, out / f"{stem}.md": markdown}
+
+
+def write_report(stem: str, report: dict, markdown: str, out: pathlib.Path | None = None) -> pathlib.Path:
+    """Write ``stem.json`` and ``stem.md`` together (``jsonio.write_together``: an interrupt leaves
+    both old files or both new ones, and no temporary file); returns the folder. A benchmark whose
+    rows enter the table of record writes through ``record.write_with`` instead (the record too)."""
+    out = pathlib.Path(out) if out is not None else paths.benchmarks()
+    write_together(report_files(stem, report, markdown, out))
     return out

@@ -158,10 +158,10 @@ def measure(args) -> dict:
 def write(args, result: dict) -> pathlib.Path:
     """Write decode.json / decode.md (decode-gpu for ``--scale gpu``) and, on the CPU, refresh the record."""
     stem = "decode" if args.scale == "cpu" else f"decode-{args.scale}"
-    out = common.write_report(stem, result, markdown(result["rows"], result["plain"]), args.out)
-    if args.scale == "cpu":
-        record.write(out)
-    return out
+    md = markdown(result["rows"], result["plain"])
+    if args.scale == "cpu":  # decode.json/.md and the record change together (record.write_with)
+        return record.write_with(stem, result, md, args.out)
+    return common.write_report(stem, result, md, args.out)
 
 
 def main(argv=None):

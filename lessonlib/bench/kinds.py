@@ -229,8 +229,7 @@ def main(argv=None):
               "machine": common.machine(), "picks": picks, "rows": rows, "training": costs, "mtp_overhead": overhead,
               "per_prompt": {str(t): r for t, r in results.items()}}
     md = markdown(rows, costs, overhead)
-    out = common.write_report("kinds", report, md, args.out)
-    record.write(out)
+    record.write_with("kinds", report, md, args.out)  # the report, its Markdown and the record at once
     print(md)
 
 

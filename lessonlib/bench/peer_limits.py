@@ -8,7 +8,7 @@ taking turns; the forward bound (the bytes of weights a step reads / this machin
 bandwidth, ``bandwidth.read_bandwidth``); the per-operator profile of lessonlib's step
 (``bandwidth.operator_profile``); the chain's speedup as the forwards alone predict it,
 ``measures.forward_bound`` = tau / (K c + r(K + 1)), beside the measured one; and the three
-targets of issue 27, each with its measured ratio.
+course's targets for its engines, each with its measured ratio.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from lessonlib.decoding.timing import pass_times
 from lessonlib.models import data, gguf_export, load
 
 TARGETS = {"plain vs llama.cpp f16 plain": 0.8, "best speculative vs best llama.cpp row": 1.3,
-           "best speculative vs own plain": 1.8}  # issue 27's targets, as ratios of tokens/s
+           "best speculative vs own plain": 1.8}  # the engines' targets, as ratios of tokens/s
 
 
 def weight_bytes(dtype: str) -> int:

@@ -24,7 +24,7 @@ Every output must equal its engine's plain greedy output (else exit 1); whether 
 lessonlib's plain greedy output is recorded per prompt (float16 weights and other kernels round
 differently). Then ``peer_limits`` measures what limits each engine (one-token step and verify
 passes, c and r, the memory-traffic bound, the per-operator profile of lessonlib's step) and
-checks the targets of issue 27. Engines that are not installed are left out and named
+checks the engines' targets. Engines that are not installed are left out and named
 (``pip install -r requirements-peers.txt``; neither is in the default install).
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import pathlib
 
 from lessonlib import cli, paths, runs
 from lessonlib.bench import common
-from lessonlib.jsonio import read_json
+from lessonlib.jsonio import read_json, write_together
 
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
 # whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
@@ -56,23 +56,27 @@ def _report(path: pathlib.Path) -> dict:
     return read_json(path, f"python -m lessonlib.bench {path.stem}")
 
 
-def collect(folder: pathlib.Path | None = None) -> list[dict]:
+def collect(folder: pathlib.Path | None = None, pending: dict | None = None) -> list[dict]:
     """Every method row of the benchmark reports found in ``folder`` (default: paths.benchmarks());
-    a report that lacks the fields a row needs raises ValueError naming the file."""
+    ``pending``: {stem: report} about to be written there, read instead of the files (``write_with``).
+    A report that lacks the fields a row needs raises ValueError naming the file."""
     folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
     try:
-        return _collect(folder)
+        return _collect(folder, pending or {})
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"a benchmark report in {folder} lacks a field the record needs ({err!r}); "
                          "re-run the benchmark that wrote it (python -m lessonlib.bench decode, tree or kinds)"
                          ) from None
 
 
-def _collect(folder: pathlib.Path) -> list[dict]:
+def _collect(folder: pathlib.Path, pending: dict) -> list[dict]:
+    def source(stem):  # the report about to be written, else the file, else None
+        path = folder / f"{stem}.json"
+        return pending[stem] if stem in pending else _report(path) if path.exists() else None
+
     rows = []
-    decode = folder / "decode.json"
-    if decode.exists():
-        report = _report(decode)
+    report = source("decode")
+    if report is not None:
         s = report.get("settings", {})
         setting = {"new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
         rows += [_row("decode", report, r | {"method": "plain", "family": "plain"},
@@ -80,26 +84,23 @@ def _collect(folder: pathlib.Path) -> list[dict]:
                  for r in report.get("plain", []) if "spread" in r]
         rows += [_row("decode", report, r, setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
                  for r in report["rows"] if "spread" in r]
-    tree = folder / "tree.json"
-    if tree.exists():
-        report = _report(tree)
+    report = source("tree")
+    if report is not None:
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "temperature": s.get("temperature", 0.0),
                    "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
                    "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
         rows += [_row("tree", report, r, setting) for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    kinds = folder / "kinds.json"
-    if kinds.exists():  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
-        report = _report(kinds)
+    report = source("kinds")
+    if report is not None:  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
                    "repeats": s.get("repeats")}
         rows += [_row("kinds", report, r, setting | {"temperature": r["temperature"]})
                  for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    sampled = folder / "sampled.json"
-    if sampled.exists():  # every kind with each tree rule at T = 0, 0.7, 1 and top-p 0.95 (bench.sampled)
-        report = _report(sampled)
+    report = source("sampled")
+    if report is not None:  # every kind with each tree rule at T = 0, 0.7, 1 and top-p 0.95 (bench.sampled)
         s = report["setup"]
         setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
@@ -107,16 +108,14 @@ def _collect(folder: pathlib.Path) -> list[dict]:
         rows += [_row("sampled", report, r | {"method": f"{r['method']} ({r['setting']})"},
                       setting | {"temperature": r["temperature"]})
                  for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    batch = folder / "batch.json"
-    if batch.exists():  # plain and the best chain at each batch size B (bench.batch)
-        report = _report(batch)
+    report = source("batch")
+    if report is not None:  # plain and the best chain at each batch size B (bench.batch)
         s = report["setup"]
         setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "threads": s.get("threads"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
         rows += [_row("batch", report, r, setting | {"batch": r["batch"]}) for r in report["record_rows"]]
-    peers = folder / "peers.json"
-    if peers.exists():  # lessonlib, transformers and llama.cpp on the same weights, interleaved (bench.peers)
-        report = _report(peers)
+    report = source("peers")
+    if report is not None:  # lessonlib, transformers and llama.cpp on the same weights, interleaved (bench.peers)
         s = report["setup"]
         setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "prompts": s.get("prompts"),
                    "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
@@ -205,16 +204,32 @@ def markdown(rows, folder: pathlib.Path | None = None) -> str:
 def write(folder: pathlib.Path | None = None) -> pathlib.Path:
     """Rebuild record.json and record.md in ``folder`` from the benchmark reports there; record.md
     ends with the draft-kinds comparison (kinds.md) when the kinds benchmark has run."""
-    rows = collect(folder)
-    md = markdown(rows, folder)
-    kinds = (pathlib.Path(folder) if folder is not None else paths.benchmarks()) / "kinds.md"
-    if kinds.exists():
-        md += "\n" + kinds.read_text().replace("# Draft kinds on one target",
-                                               "## Draft kinds on one target (kinds.md)", 1)
+    folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
+    write_together(_record_files(folder, {}, {}))
+    return folder
+
+
+def write_with(stem: str, report: dict, md: str, folder: pathlib.Path | None = None) -> pathlib.Path:
+    """Write a benchmark's ``stem.json`` and ``stem.md`` and the record rebuilt with them, all five
+    files' changes at once (``jsonio.write_together``): an interrupt or an error leaves the old
+    report, Markdown and record, or all the new ones. Returns the folder."""
+    folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
+    files = common.report_files(stem, report, md, folder)
+    new = json.loads(files[folder / f"{stem}.json"])  # exactly what the file will hold, run stamp included
+    write_together(files | _record_files(folder, {stem: new}, {stem: md}))
+    return folder
+
+
+def _record_files(folder: pathlib.Path, pending: dict, pending_md: dict) -> dict:
+    rows = collect(folder, pending)
+    text = markdown(rows, folder)
+    kinds = pending_md.get("kinds") or ((folder / "kinds.md").read_text() if (folder / "kinds.md").exists() else "")
+    if kinds:
+        text += "\n" + kinds.replace("# Draft kinds on one target", "## Draft kinds on one target (kinds.md)", 1)
     sources = [s for s in SOURCES if any(r["source"] == s for r in rows)]
     runs_of = {s: next(r["run"] for r in rows if r["source"] == s) for s in sources}  # the run each source came from
-    return common.write_report("record", {"rows": rows, "quantities": list(QUANTITIES), "sources": sources,
-                                          "source_runs": runs_of}, md, folder)
+    return common.report_files("record", {"rows": rows, "quantities": list(QUANTITIES), "sources": sources,
+                                          "source_runs": runs_of}, text, folder)
 
 
 _QUOTED: dict[str, str] = {}  # report -> run id, for every report this process has read (``quoted``)

@@ -1,4 +1,4 @@
-"""Sampled drafts against deterministic candidates, for every draft kind (issue 26).
+"""Sampled drafts against deterministic candidates, for every draft kind.
 
     python -m lessonlib.bench sampled [--prompts 5] [--new-tokens 128] [--repeats 1]
 
@@ -161,8 +161,7 @@ def main(argv=None):
               "machine": common.machine(), "rows": rows, "headline": head,
               "per_prompt": {k: r for k, r in results.items()}}
     md = markdown(rows, head)
-    out = common.write_report("sampled", report, md, args.out)
-    record.write(out)
+    record.write_with("sampled", report, md, args.out)  # the report, its Markdown and the record at once
     print(md)
 
 

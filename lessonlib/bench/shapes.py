@@ -1,4 +1,4 @@
-"""Which target shape gives the CPU a real LLM's cost structure (issue 17)?
+"""Which target shape gives the CPU a real LLM's cost structure?
 
     python -m lessonlib.bench shapes [--threads 1]
 

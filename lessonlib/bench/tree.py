@@ -1,4 +1,4 @@
-"""Benchmark tree drafting against chain drafting on the shipped models (issue 6).
+"""Benchmark tree drafting against chain drafting on the shipped models.
 
     python -m lessonlib.bench tree [--prompts 5] [--new-tokens 128] [--quick]
 
@@ -324,8 +324,7 @@ def main(argv=None):
         "per_prompt": results,
     }
     md = markdown(rows, best, cost, targets)
-    out = common.write_report("tree", report, md, args.out)
-    record.write(out)
+    record.write_with("tree", report, md, args.out)  # the report, its Markdown and the record at once
     print(md)
 
 

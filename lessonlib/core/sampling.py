@@ -138,6 +138,7 @@ def process(logits: npt.ArrayLike, temperature: float, top_k: int | None = None,
     (transformers issue #47932 is the bug of using the q from before truncation). At
     T <= 1e-5 the row is one-hot at the argmax, which no truncation removes."""
     check_truncation(top_k, top_p, min_p)
+    top_k = None if top_k is None else int(top_k)  # 2.0 is the integer 2 (numpy's partition needs an int)
     p = softmax(logits, temperature)
     if temperature <= GREEDY_TEMPERATURE:
         return p

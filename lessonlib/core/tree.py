@@ -113,11 +113,22 @@ def draft_static(expand: Expand, choices: Iterable[Sequence[int]]) -> Drafted:
     tokens = np.full(len(parents), -1, dtype=np.int64)
     score = np.zeros(len(parents))
     for level, frontier, row in levels:  # nodes sorted by depth: 0..level[0]-1 are drafted
-        logq = expand(parents[: level[0]], tokens[: level[0]], frontier)
+        logq = _log_probs(expand(parents[: level[0]], tokens[: level[0]], frontier), len(frontier))
         top = _top(logq, int(ranks[level].max()) + 1)
         tokens[level] = top[row, ranks[level]]
         score[level] = np.where(parents[level] >= 0, score[parents[level]], 0.0) + logq[row, tokens[level]]
     return parents.copy(), tokens, score  # the structure is cached: hand out a copy
+
+
+def _log_probs(logq: object, rows: int) -> np.ndarray:
+    """``expand``'s output checked: (rows, V) log-probabilities with no NaN (NaN sorts anywhere:
+    the tree would take arbitrary children, silently); -inf is a token the draft rules out."""
+    logq = np.asarray(logq, dtype=np.float64)
+    if logq.ndim != 2 or len(logq) != rows:
+        raise ValueError(f"expand must return ({rows}, V) draft log-probabilities, got shape {logq.shape}")
+    if np.isnan(logq).any():
+        raise ValueError("expand must return draft log-probabilities, found NaN (the draft's logits hold NaN)")
+    return logq
 
 
 def draft_topk(expand: Expand, branching: Sequence[int]) -> Drafted:
@@ -134,7 +145,7 @@ def draft_top_p(expand: Expand, top_p: float, depth: int, max_children: int = 4)
     parents, tokens, score = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     frontier, frontier_score = np.array([-1]), np.zeros(1)
     for _ in range(depth):
-        logq = expand(parents, tokens, frontier)
+        logq = _log_probs(expand(parents, tokens, frontier), len(frontier))
         top = _top(logq, max_children)
         top_logq = np.take_along_axis(logq, top, 1)
         mass_before = np.cumsum(np.exp(top_logq), 1) - np.exp(top_logq)
@@ -170,7 +181,7 @@ def draft_dynamic(expand: Expand, depth: int, top_k: int, total: int) -> Drafted
     frontier, frontier_score = np.array([-1]), np.zeros(1)
     for _ in range(depth):
         # log q <= 0 up to rounding; clamping keeps a child from outranking its parent
-        logq = np.minimum(expand(parents, tokens, frontier), 0.0)
+        logq = np.minimum(_log_probs(expand(parents, tokens, frontier), len(frontier)), 0.0)
         top = _top(logq, top_k)
         cand = (frontier_score[:, None] + np.take_along_axis(logq, top, 1)).ravel()
         base = len(parents)

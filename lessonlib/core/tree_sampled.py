@@ -51,6 +51,25 @@ Probs: TypeAlias = Callable[[np.ndarray], np.ndarray]
 SampledDraft: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+def check_replacement(replacement: object, name: str = "replacement") -> bool:
+    """True or False only: ``replacement='no'`` is truthy and would silently draw with replacement."""
+    if not isinstance(replacement, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {replacement!r}")
+    return bool(replacement)
+
+
+def _q_of(probs: Probs, logp: np.ndarray, rows: int) -> np.ndarray:
+    """``probs(logp)`` checked: (rows, V) probability rows. Log-probabilities, NaN or rows that do
+    not sum to 1 would draw token 0 or give NaN scores, silently."""
+    try:
+        q = check_probs(probs(logp), "probs(...) (the draft's sampling law per node)", ndim=(2,))
+    except ValueError as err:
+        raise ValueError(f"{err}: probs must return probability rows, not log-probabilities") from None
+    if len(q) != rows:
+        raise ValueError(f"probs(...) must return one row per frontier node ({rows}), got {len(q)}")
+    return q
+
+
 def draw_children(q: np.ndarray, m: int, rng: np.random.Generator, replacement: bool) -> np.ndarray:
     """(n, m') token draws from each row of ``q`` (n, V), in draw order: i.i.d. with replacement
     (m' = m), else without (Gumbel-top-k: the largest of log q + Gumbel noise, in descending
@@ -109,13 +128,15 @@ def draft_sampled(expand: Expand, probs: Probs, rng: np.random.Generator, branch
     branching = [check_int(b, "branching", minimum=1) for b in branching]
     if not branching:
         raise ValueError("branching must be a non-empty list of ints >= 1")
+    check_rng(rng)
+    replacement = check_replacement(replacement)
     parents: list[np.ndarray] = []
     tokens: list[np.ndarray] = []
     score: list[np.ndarray] = []
     q_rows: list[np.ndarray] = []
     frontier, frontier_score, base, vocab = np.array([-1]), np.zeros(1), 0, 0
     for m in branching:
-        q = probs(expand(*_flat(parents, tokens), frontier))  # (len(frontier), V)
+        q = _q_of(probs, expand(*_flat(parents, tokens), frontier), len(frontier))  # (len(frontier), V)
         vocab = q.shape[1]
         frontier_score = _grow(parents, tokens, score, q_rows, frontier, frontier_score, q,
                                draw_children(q, m, rng, replacement))
@@ -133,6 +154,8 @@ def draft_sampled_dynamic(expand: Expand, probs: Probs, rng: np.random.Generator
     depth = check_int(depth, "depth", minimum=1)
     top_k = check_int(top_k, "top_k", minimum=1)
     total = check_int(total, "total", minimum=1)
+    check_rng(rng)
+    replacement = check_replacement(replacement)
     parents: list[np.ndarray] = []
     tokens: list[np.ndarray] = []
     score: list[np.ndarray] = []
@@ -141,7 +164,7 @@ def draft_sampled_dynamic(expand: Expand, probs: Probs, rng: np.random.Generator
     for _ in range(depth):
         if n >= total:
             break
-        q = probs(expand(*_flat(parents, tokens), frontier))
+        q = _q_of(probs, expand(*_flat(parents, tokens), frontier), len(frontier))
         vocab = q.shape[1]
         new_score = _grow(parents, tokens, score, q_rows, frontier, frontier_score, q,
                           draw_children(q, top_k, rng, replacement), limit=total - n)
@@ -170,6 +193,8 @@ def verify_tree_sampled(parents: npt.ArrayLike, tokens: npt.ArrayLike, p_rows: n
         if len(parents) and (q_rows[np.arange(len(parents)), tokens] <= 0).any():
             raise ValueError("every node's token must have mass under the q it was drawn from (q_rows)")
         check_rng(rng)
+        replacement = check_replacement(replacement)
+        _check_siblings(np.asarray(parents), np.asarray(tokens), q_rows, replacement)
     parents, tokens = np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
     p_rows, q_rows = np.asarray(p_rows), np.asarray(q_rows)
     children = _children(parents)
@@ -189,6 +214,18 @@ def verify_tree_sampled(parents: npt.ArrayLike, tokens: npt.ArrayLike, p_rows: n
         else:
             return path, tokens[path].tolist() + [int(inverse_cdf(p, np.asarray(rng.random())))]
         node = path[-1]
+
+
+def _check_siblings(parents: np.ndarray, tokens: np.ndarray, q_rows: np.ndarray, replacement: bool) -> None:
+    """Siblings share their parent's one q row; without replacement no token is drawn twice under one parent."""
+    for parent in np.unique(parents):
+        kids = np.flatnonzero(parents == parent)
+        if not np.array_equal(q_rows[kids], np.broadcast_to(q_rows[kids[0]], q_rows[kids].shape)):
+            raise ValueError(f"q_rows: the children of node {int(parent)} carry different q rows; siblings are "
+                             "drawn from their parent's one q")
+        if not replacement and len(set(tokens[kids].tolist())) < len(kids):
+            raise ValueError(f"tokens: node {int(parent)} has a token twice among its children, which a draw "
+                             "without replacement (replacement=False) cannot give")
 
 
 def _judge(p: np.ndarray, q: np.ndarray, jq: np.ndarray, m: int, replacement: bool, judge_replacement: bool,
@@ -270,8 +307,13 @@ class SampledRule:
     def __post_init__(self) -> None:
         if (self.dynamic is None) == (not self.branching):
             raise ValueError("give exactly one of branching (a static shape) or dynamic = (depth, top_k, total)")
-        if not isinstance(self.replacement, bool):
-            raise ValueError(f"replacement must be True or False, got {self.replacement!r}")
+        check_replacement(self.replacement)
+        [check_int(b, "branching", minimum=1) for b in self.branching]  # refused when built, not when first used
+        if self.dynamic is not None:
+            if not isinstance(self.dynamic, (tuple, list)) or len(self.dynamic) != 3:
+                raise ValueError(f"dynamic must be (depth, top_k, total), got {self.dynamic!r}")
+            for value, what in zip(self.dynamic, ("depth", "top_k", "total")):
+                check_int(value, f"dynamic's {what}", minimum=1)
 
     def __call__(self, expand: Expand, probs: Probs, rng: np.random.Generator) -> SampledDraft:
         if self.dynamic is not None:

@@ -1,4 +1,4 @@
-"""The instructor notes' expected results, generated from the stored outputs (issue 30, item 2).
+"""The instructor notes' expected results, generated from the stored outputs.
 
     python -m lessonlib.course.notes            # rewrite the generated blocks of solutions/README.md
     python -m lessonlib.course.notes --check    # exit 1 when a block differs from the stored outputs
@@ -7,7 +7,9 @@ Every measured finding of a notebook prints as a claim (``claims.claim``: the se
 run's numbers, then "holds here" or "does not hold here: measured ..."). The notes quote those
 lines, as the stored run printed them, in one block per notebook between two marker comments, so
 the instructor reads the numbers the stored notebook shows and no typed number can drift from
-it. The prose around the block explains what to expect; it names no measured number.
+it. The prose around the block explains what to expect; it names no measured number. The list of
+wrong implementations the checks catch, with its score line, is generated the same way, from
+``checks.wrong`` (``catalogue``).
 """
 from __future__ import annotations
 
@@ -70,7 +72,22 @@ def render(text: str, root: pathlib.Path = paths.ROOT) -> str:
             raise ValueError(f"{NOTES} must hold one generated block for {name}, found {len(found)}: "
                              f"put the line {BEGIN.format(name=name)!r} and {END!r} in its section")
         text = pattern.sub(lambda _: block(name, root), text)
-    return text
+    return catalogue(text)
+
+
+CATALOGUE = ("<!-- BEGIN CATALOGUE -->\n", "\n<!-- END CATALOGUE -->")
+
+
+def catalogue(text: str) -> str:
+    """The notes with the list of wrong implementations (its score line included) regenerated from the
+    one catalogue, ``checks.wrong.markdown()``: no count in it is typed by hand."""
+    from lessonlib.course.checks import wrong
+
+    begin, end = CATALOGUE
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"{NOTES} must hold the catalogue once, between {begin.strip()!r} and {end.strip()!r}")
+    head, rest = text.split(begin)
+    return head + begin + wrong.markdown().rstrip() + end + rest.split(end, 1)[1]
 
 
 def main(argv=None) -> int:

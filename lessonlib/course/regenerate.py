@@ -1,4 +1,4 @@
-"""One command makes every artifact, in dependency order, under one run id (issue 30, item 2).
+"""One command makes every artifact, in dependency order, under one run id.
 
     python -m lessonlib.course.regenerate --dry-run          # the plan, nothing run
     python -m lessonlib.course.regenerate                    # everything (hours on a 2-core CPU)
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import nbformat
 
 from lessonlib import cli, paths, runs
-from lessonlib.jsonio import write_atomic
+from lessonlib.jsonio import read_json, write_atomic
 
 NOTEBOOKS = ("notebooks/00_start_here.ipynb", "solutions/01_exact_rule.ipynb", "solutions/02_speedup.ipynb",
              "solutions/03_distill_draft.ipynb", "solutions/04_eagle_tree.ipynb",
@@ -129,10 +129,27 @@ def stamp_notebook(path: str, run_id: str, root: pathlib.Path = paths.ROOT) -> N
     write_atomic(file, nbformat.writes(nb) + "\n")
 
 
+REBUILD = "delete it (it lists the steps of the last regeneration) and run python -m lessonlib.course.regenerate again"
+
+
+def previous_manifest() -> dict:
+    """outputs/run.json as the last regeneration left it ({} when there is none); a truncated file
+    or one of another shape raises ValueError naming the file and what to do."""
+    path = paths.outputs() / MANIFEST
+    if not path.exists():
+        return {}
+    old = read_json(path, REBUILD)
+    steps = old.get("steps", [])
+    if not isinstance(old.get("id", ""), str) or not isinstance(steps, list) \
+            or not all(isinstance(step, dict) for step in steps):
+        raise ValueError(f"{path} must hold an \"id\" and a list of steps under \"steps\"; {REBUILD}")
+    return old
+
+
 def write_manifest(manifest: dict) -> None:
     """Merge this run's steps into outputs/run.json (a continued run adds to its own steps)."""
     path = paths.outputs() / MANIFEST
-    old = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    old = previous_manifest()
     steps = old.get("steps", []) if old.get("id") == manifest["id"] else []
     finished = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
     write_atomic(path, json.dumps({"id": manifest["id"], "finished": finished,
@@ -147,6 +164,9 @@ def main(argv=None) -> int:
     parser.add_argument("--run", default=None, help="continue the run with this id (default: a new id)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = parser.parse_args(argv)
+    for flag, given in (("--from", [] if args.start is None else [args.start]), ("--only", args.only)):
+        if any(not name.strip() for name in given):
+            parser.error(f"{flag} must name a step or a group, got an empty name")
     if args.only and args.start:
         parser.error("--only and --from exclude each other")
     try:
@@ -155,7 +175,13 @@ def main(argv=None) -> int:
         parser.error(f"--only/--from: {err}")
     if args.run is not None and not runs.PATTERN.fullmatch(args.run):
         parser.error(f"--run must be one word of letters, digits and _.:+-, got {args.run!r}")
-    run_id = args.run or f"regen-{runs.run_id()}"
+    try:  # what the run reads from the environment and writes to, checked before any step runs
+        run_id = args.run or f"regen-{runs.run_id()}"
+        cli.check_writable_folder(paths.outputs(), cli.outputs_name(None))
+        if not args.dry_run:
+            previous_manifest()  # a truncated or reshaped run.json is named now, not after the last step
+    except ValueError as err:
+        parser.error(str(err))
     manifest = run(steps, run_id, args.dry_run)
     if not args.dry_run:
         write_manifest(manifest)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, sample
-from lessonlib.core.validate import check_k
+from lessonlib.core.validate import check_finite_logits, check_k
 from lessonlib.decoding.round import (Ids, Proposal, Sampling, check_budget, check_drafter, check_sampling_rng, feed,
                                       run_rounds)
 from lessonlib.decoding.stats import DecodeStats
@@ -84,8 +84,8 @@ def next_token(logits_row: np.ndarray, temperature: float | Sampling, rng: np.ra
     """The token after a row of logits ((V,)): argmax at T <= 1e-5, else a sample from
     softmax(z / T) after the sampling's truncation (``Sampling.probs``)."""
     sampling = Sampling.of(temperature)  # a negative T raises, it is not greedy
-    if sampling.greedy:
-        return int(np.argmax(logits_row))
+    if sampling.greedy:  # argmax of a NaN row is the NaN's index (token 0 for an all-NaN row): refuse it
+        return int(np.argmax(check_finite_logits(np.asarray(logits_row, dtype=np.float64))))
     return int(sample(sampling.probs(logits_row), cast(np.random.Generator, rng)))  # sample checks rng
 
 

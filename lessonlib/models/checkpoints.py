@@ -2,9 +2,11 @@
 that says how to rebuild one that is missing or corrupt."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
+import re
 
 import torch
 import torch.nn as nn
@@ -24,8 +26,21 @@ def default_device() -> str:
     return backend.select().device or "cpu"
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_+-]*(\.[A-Za-z0-9_+-]+)*")  # a file stem: no folder, no '..'
+
+
+def check_name(name) -> str:
+    """A checkpoint name is a plain file stem inside its folder (``../assets/target`` or ``a/b``
+    would read or write outside it): ValueError naming the name otherwise."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"a checkpoint name must be a file stem of letters, digits and _.+- with no folder "
+                         f"(it is looked up inside its folder), got {name!r}")
+    return name
+
+
 def checkpoint_paths(name: str, directory: pathlib.Path = CHECKPOINTS):
-    return directory / f"{name}.safetensors", directory / f"{name}.json"
+    check_name(name)
+    return pathlib.Path(directory) / f"{name}.safetensors", pathlib.Path(directory) / f"{name}.json"
 
 
 STORED_DTYPE = torch.float16  # halves the repository size; the weights are |w| << 1, fp16 is lossless enough
@@ -36,17 +51,20 @@ def round_trip(state: dict) -> dict:
     return {k: v.detach().to("cpu", STORED_DTYPE).float() for k, v in state.items()}
 
 
-def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> None:
+def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHECKPOINTS) -> dict:
     """Weights as float16 safetensors (no pickle) plus a JSON metadata file, as one unit: both
     are written to temporary files in the folder first, then the old metadata is removed and
     both renamed into place, so a failure leaves the old pair or no pair (the metadata is
-    missing: ``load`` names the rebuild command), never new weights beside old metadata."""
+    missing: ``load`` names the rebuild command), never new weights beside old metadata.
+    The metadata gains the weights' ``sha256`` and its config's ``config_sha256`` (``stamp``);
+    returns the metadata as written. A head or MTP modules' ``meta`` carries its target's
+    ``target_fingerprint`` (``fingerprint``), which ``check_beside`` requires."""
     from safetensors.torch import save_file
 
     if not isinstance(meta, dict):
         raise ValueError(f"meta must be a dict (the checkpoint's JSON metadata), got {type(meta).__name__}")
     try:
-        text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        json.dumps(meta, allow_nan=False)  # refused before anything is written
     except (TypeError, ValueError) as err:
         raise ValueError(f"meta of checkpoint {name!r} must be JSON-serialisable with finite numbers ({err}); "
                          "nothing was written") from None
@@ -59,19 +77,88 @@ def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHEC
     tmp_weights, tmp_meta = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (weights, meta_path))
     try:
         save_file(state, str(tmp_weights))
-        write_atomic(tmp_meta, text)
+        meta = stamp(meta, tmp_weights)  # the checksum of exactly the bytes renamed into place below
+        write_atomic(tmp_meta, json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
         meta_path.unlink(missing_ok=True)  # from here until the last rename there is no pair
         os.replace(tmp_weights, weights)
         os.replace(tmp_meta, meta_path)
     finally:
         tmp_weights.unlink(missing_ok=True)
         tmp_meta.unlink(missing_ok=True)
+    return meta
+
+
+# ---------------------------------------------------------------- integrity: checksum, config hash, fingerprint
+# Why: shapes alone do not say which weights these are. A flipped byte in a float16 weight loads
+# and decodes wrong text; a head loads onto any target of its width (another, or an untrained
+# one); a metadata ``n_head`` edited with the same shapes loads and splits the width wrongly.
+# So the metadata records the sha256 of the weights' bytes, of its config, and (heads, MTP
+# modules) of the target's checkpoint, and loading checks all three. The helpers are general:
+# any checkpoint format with JSON metadata can ``stamp`` and ``verify`` the same way.
+
+_FILE_SHA: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> sha256: a file is hashed once per process
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    """The sha256 (hex) of a file's bytes."""
+    path = pathlib.Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _FILE_SHA:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        _FILE_SHA[key] = digest.hexdigest()
+    return _FILE_SHA[key]
+
+
+def config_sha256(config: dict) -> str:
+    """The sha256 of a config dict written canonically (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def fingerprint(model: nn.Module) -> str:
+    """Which weights ``model`` holds: the sha256 its checkpoint file has (set by ``fill`` from
+    the verified metadata), or for a model built in memory the sha256 of the bytes ``save``
+    would write for it -- so a target trained, saved and loaded again keeps one fingerprint."""
+    known = getattr(model, "fingerprint", None)
+    if isinstance(known, str):
+        return known
+    from safetensors.torch import save as to_bytes
+
+    state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()
+             if not k.startswith("packed_")}  # the fast engines' packed copies are not weights of their own
+    return hashlib.sha256(to_bytes(state)).hexdigest()
+
+
+def stamp(meta: dict, weights: pathlib.Path) -> dict:
+    """``meta`` with the ``sha256`` of ``weights`` and (when it holds a config) its ``config_sha256``."""
+    out = dict(meta) | {"sha256": sha256_file(weights)}
+    if isinstance(meta.get("config"), dict):
+        out["config_sha256"] = config_sha256(meta["config"])
+    return out
+
+
+def verify(meta: dict, weights: pathlib.Path, rebuild: str) -> None:
+    """The weights' bytes are the ones their metadata records (``stamp``): ValueError naming the
+    file and ``rebuild`` when the metadata records no checksum or another one (a corrupt or
+    replaced file)."""
+    want = meta.get("sha256")
+    if not isinstance(want, str):
+        raise ValueError(f"checkpoint metadata for {weights} records no sha256 checksum of its weights, so a "
+                         f"corrupt or replaced file would load unnoticed; rebuild it with: {rebuild}")
+    have = sha256_file(weights)
+    if have != want:
+        raise ValueError(f"checkpoint {weights} is corrupt or was replaced: its sha256 is {have[:16]}..., its "
+                         f"metadata records {want[:16]}...; rebuild it with: {rebuild}")
 
 
 def check_beside(meta: dict, name: str, target: GPT, kinds: tuple[str, ...]) -> str:
     """What a head's or MTP modules' metadata must say to run beside ``target``: a ``kind`` among
-    ``kinds`` (returned), the target's width and vocabulary, and (when ``target`` came from
-    ``load``) the target's checkpoint name. ValueError naming both sides otherwise."""
+    ``kinds`` (returned), the target's width and vocabulary, (when ``target`` came from
+    ``load``) the target's checkpoint name, and the target's ``fingerprint``. ValueError naming
+    both sides otherwise."""
     kind = meta.get("kind")
     if kind not in kinds:
         raise ValueError(f"checkpoint {name!r} metadata must name a kind among {kinds}, got {kind!r}; "
@@ -86,6 +173,16 @@ def check_beside(meta: dict, name: str, target: GPT, kinds: tuple[str, ...]) -> 
     if loaded_as is not None and trained_for is not None and loaded_as != trained_for:
         raise ValueError(f"checkpoint {name!r} was trained for target {trained_for!r}, not {loaded_as!r}: "
                          f"load it beside models.load({trained_for!r})")
+    want = meta.get("target_fingerprint")
+    if not isinstance(want, str):
+        raise ValueError(f"checkpoint {name!r} metadata records no target_fingerprint (the sha256 of the target it "
+                         f"was trained on), so it would run beside any target of its shape; "
+                         f"rebuild it with: {rebuild_command(name)}")
+    have = fingerprint(target)
+    if have != want:
+        raise ValueError(f"checkpoint {name!r} was trained on the target with fingerprint {want[:16]}..., this "
+                         f"target's is {have[:16]}... (another or untrained target of the same shape): load it "
+                         f"beside the target it was trained on, or rebuild it with: {rebuild_command(name)}")
     return kind
 
 
@@ -108,14 +205,19 @@ def read_meta(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
 
 
 def config_from_meta(meta: dict, name: str) -> GPTConfig:
-    """The ``GPTConfig`` of a checkpoint's metadata; an incomplete or mistyped ``config``
-    raises ValueError naming the rebuild command (not a KeyError or TypeError)."""
+    """The ``GPTConfig`` of a checkpoint's metadata; an incomplete or mistyped ``config``, or
+    one other than its recorded ``config_sha256`` says, raises ValueError naming the rebuild
+    command (not a KeyError or TypeError, nor a model that loads and decodes wrong text)."""
     config = meta.get("config")
     fields = set(GPTConfig.__dataclass_fields__)
     if not isinstance(config, dict) or set(config) != fields \
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in config.values()):
         raise ValueError(f"checkpoint {name!r} metadata must hold a config with positive integers {sorted(fields)}, "
                          f"got {config!r}; rebuild it with: {rebuild_command(name)}")
+    if meta.get("config_sha256") != config_sha256(config):  # e.g. n_head edited: same shapes, wrong heads
+        raise ValueError(f"checkpoint {name!r} metadata's config {config!r} is not the one it was saved with "
+                         f"(config_sha256 {meta.get('config_sha256')!r} does not match); "
+                         f"rebuild it with: {rebuild_command(name)}")
     return GPTConfig(**config)
 
 
@@ -142,21 +244,26 @@ def rebuild_command(name: str) -> str:
     return f"python -m lessonlib.models.train {name}"
 
 
-def load_state(name: str, directory: pathlib.Path = CHECKPOINTS) -> dict:
+def load_state(name: str, directory: pathlib.Path = CHECKPOINTS, rebuild: str | None = None) -> dict:
+    """``name``'s weights (float32), checked: readable, finite, and the bytes its metadata's
+    checksum records (``verify``); ValueError naming the file and the rebuild command otherwise."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    rebuild = rebuild or rebuild_command(name)
     weights, _ = checkpoint_paths(name, directory)
     if not weights.exists():
-        raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild_command(name)}")
+        raise FileNotFoundError(f"checkpoint {name!r} is missing ({weights}); rebuild it with: {rebuild}")
+    meta = read_meta(name, directory)
     try:
         state = {k: v.float() for k, v in load_file(str(weights)).items()}
     except (SafetensorError, OSError, ValueError) as err:
-        raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild_command(name)}") from err
+        raise ValueError(f"checkpoint {weights} is corrupt ({err}); rebuild it with: {rebuild}") from err
     bad = [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
     if bad:  # a NaN weight loads silently, then greedy decoding emits token 0 forever
         raise ValueError(f"checkpoint {weights} holds NaN or inf weights (in {bad[0]}); "
-                         f"rebuild it with: {rebuild_command(name)}")
+                         f"rebuild it with: {rebuild}")
+    verify(meta, weights, rebuild)  # a flipped byte that stays finite: only the checksum sees it
     return state
 
 
@@ -178,6 +285,7 @@ def fill(model: GPT, name: str, device: str | None = None, directory: pathlib.Pa
                          f"rebuild it with: {rebuild_command(name)}") from err
     model = to_device(model, device or default_device())
     model.checkpoint_name = name  # heads and MTP modules check that they were trained for it (check_beside)
+    model.fingerprint = read_meta(name, directory)["sha256"]  # verified by load_state: these are its bytes
     return model
 
 
@@ -195,7 +303,7 @@ def load_beside(model: nn.Module, name: str, target: GPT, directory: pathlib.Pat
     """Load ``name``'s weights into ``model`` (a head or MTP modules that run beside ``target``)
     and put it on the target's device in eval mode."""
     try:
-        model.load_state_dict(load_state(name, directory))
+        model.load_state_dict(load_state(name, directory, rebuild))
     except RuntimeError as err:
         raise ValueError(f"checkpoint {name!r} does not match its config; rebuild it with: {rebuild}") from err
     return model.to(target.device).eval()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 from collections.abc import Sequence
 
@@ -139,22 +140,31 @@ def export(model: GPT, path: str | pathlib.Path, dtype: str = "f16", name: str =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lessonlib.models.checkpoints import CHECKPOINTS, load
+    from lessonlib.models.checkpoints import CHECKPOINTS, check_name, load
 
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", help="checkpoint name, e.g. target, draft-kl, or your own draft's")
     parser.add_argument("--dir", type=pathlib.Path, default=CHECKPOINTS, help="folder holding NAME.safetensors")
     parser.add_argument("--dtype", choices=(*DTYPES, "both"), default="both")
-    parser.add_argument("--out", type=pathlib.Path, default=paths.STUDENT_OUTPUTS / "gguf",
-                        help="folder for NAME-f16.gguf / NAME-f32.gguf")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="folder for NAME-f16.gguf / NAME-f32.gguf (default: gguf/ in LESSONLIB_OUTPUTS when "
+                             "set, else exercises/my-outputs/gguf)")
     args = parser.parse_args(argv)
+    try:  # the name stays inside --dir and the output folder; both checked before any work
+        check_name(args.name)
+        out = args.out if args.out is not None else (
+            paths.outputs() / "gguf" if os.environ.get("LESSONLIB_OUTPUTS") is not None
+            else paths.STUDENT_OUTPUTS / "gguf")
+        cli.check_writable_folder(out, cli.outputs_name(args.out))
+    except ValueError as err:
+        parser.error(f"NAME {args.name!r}: {err}" if "checkpoint name" in str(err) else str(err))
     try:
         _gguf()
     except ImportError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
     model = load(args.name, "cpu", directory=args.dir)
     for dtype in DTYPES if args.dtype == "both" else (args.dtype,):
-        print(export(model, args.out / f"{args.name}-{dtype}.gguf", dtype, name=args.name))
+        print(export(model, out / f"{args.name}-{dtype}.gguf", dtype, name=args.name))
     return 0
 
 

@@ -27,8 +27,9 @@ from lessonlib.models.provenance import git_revision, record_run, run_metadata, 
 from lessonlib.models.steps import autocast, optimizer_step  # noqa: F401 (re-exported for train_heads, notebooks)
 from lessonlib.models import (CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, load_state, read_meta,
                               round_trip, save, scaled_name)
+from lessonlib.models.checkpoints import fingerprint
 
-# The target is deep and narrow (issue 17), so that on a CPU -- where a step costs per layer --
+# The target is deep and narrow, so that on a CPU -- where a step costs per layer --
 # a one-layer draft or head costs a few percent of a step, as a 1-layer head does beside a
 # 7B-70B model on a GPU. Chosen with ``python -m lessonlib.bench shapes`` (outputs/benchmarks/shapes.md);
 # the first course's 8 x 256 target gave a one-layer head 1/8 of a step or more.
@@ -157,10 +158,13 @@ def train_model(name, steps, minutes=None, resume=False, seed=0, device=None, ou
                               f"python -m lessonlib.models.train {name} --resume")
     model.load_state_dict(round_trip(model.state_dict()))  # evaluate exactly what ships
     meta["heldout_bits_per_byte"] = {c: round(bits_per_byte(model, c), 4) for c in data.CORPORA}
-    save(model, name, meta, out_dir)
+    if teacher is not None:  # which teacher's weights, not only its name (checkpoints.fingerprint)
+        meta["teacher_fingerprint"] = fingerprint(teacher)
+    meta = save(model, name, meta, out_dir)  # now with its checksum: the MTP modules' target fingerprint
     if kind == "mtp":  # the modules ship beside the target, with the same run metadata
         save(trainee.mtp, f"{name}-mtp",
              meta | {"name": f"{name}-mtp", "kind": "mtp", "depth": MTP_DEPTH, "target": name,
+                     "target_fingerprint": meta["sha256"],
                      "params": sum(p.numel() for p in trainee.mtp.parameters())}, out_dir)
     return model, meta
 

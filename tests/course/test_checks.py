@@ -73,6 +73,11 @@ def test_a_correct_answer_passes_and_is_returned(part, capsys):
     assert out.startswith(f"✓ exercise {part}:")
     for name in wrong.controls(part):  # the negative controls ran and were caught
         assert f"{name} (caught: case " in out
+    if part == "1d":  # the detector's own false-alarm rate was measured, and every verdict says what it ran
+        from lessonlib.course.checks import ex1_detect
+
+        assert f"false alarms on the unseen exact samplers: 0 of {ex1_detect.FALSE_ALARM_RUNS} runs" in out
+        assert "rounds run: 8014" in out and "unseen sampler 7" in out
 
 
 @pytest.mark.parametrize("part", PARTS)

@@ -276,9 +276,8 @@ def test_negative_control_a_bare_prose_literal_is_found():
 def test_english_output_is_unchanged(capsys):
     assert checks.exercise_2a(copy_of(theory.expected_tokens_per_verify)) is not None
     assert capsys.readouterr().out == (
-        "✓ exercise 2a: E(0.8, 4) = 3.3616\n    matches (1 − α^(K+1))/(1 − α) on 56 (α, K) pairs to 1e-6 relative "
-        "(1e-5 for a float32 answer: float32 arithmetic is not a mistake), including α = 0 (1 token) and α = 1 "
-        "(K + 1 tokens)\n    vectorised over an array of α\n")
+        "✓ exercise 2a: E(0.8, 4) = 3.3616\n    matches (1 − α^(K+1))/(1 − α) on 77 (α, K) pairs to 1e-06 relative, "
+        "including α = 0 (1 token), α = 0.995 and 0.999, and α = 1 (K + 1 tokens)\n    vectorised over an array of α\n")
     with pytest.raises(checks.CheckFailed) as err:
         framework.expect_close("random p and q (vocab 8)", [0.5, 0.5], [0.25, 0.75], hint=checks.ex1.RESIDUAL)
     assert str(err.value) == (

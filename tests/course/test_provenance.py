@@ -146,8 +146,11 @@ def test_the_committed_skill_file_is_what_its_measurements_render(tmp_path):
     """One renderer: the skill file in the repository is skill.write_skill(temperature.json, the record)."""
     from lessonlib.course import skill
 
+    from float_text import differences
+
     written = skill.write_skill(ROOT / "outputs" / "benchmarks" / "temperature.json", tmp_path / "skill.md")
-    assert written.read_text() == (ROOT / "outputs" / "skill-speculative-tuning.md").read_text(), \
+    # as text with numbers parsed (float_text: another CPU's floats differ in their last bits)
+    assert not differences(written.read_text(), (ROOT / "outputs" / "skill-speculative-tuning.md").read_text()), \
         "re-execute solutions/05_high_temperature.ipynb (it writes both files)"
 
 

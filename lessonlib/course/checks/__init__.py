@@ -18,14 +18,16 @@ negative controls: known-wrong implementations from the one catalogue ``wrong.CA
 that the same test must reject.
 
 Layout: ``framework`` (CheckFailed, fail, call, expect_*, chi_square_gate, run_check, the
-negative-control helpers), ``ex1`` … ``ex5`` (one module per notebook), ``wrong`` (the
+negative-control helpers), ``numeric`` (any numeric answer as float64, the tolerance its precision
+allows), ``ex1`` … ``ex5`` (one module per notebook; 1d in ``ex1_detect``), ``wrong`` (the
 catalogue of wrong implementations, shared with ``tests/course/test_checks.py``).
 """
 from lessonlib.course.checks import wrong
 # the exercise_* checks are in __all__ through EXERCISES, which ruff cannot see: hence the noqa
 from lessonlib.course.checks.ex1 import (CHAIN_LEVEL, CHAIN_P, CHAIN_Q, CHAIN_ROUNDS, chain_length_probs,
                                          chain_statistics)
-from lessonlib.course.checks.ex1 import exercise_1a, exercise_1b, exercise_1c, exercise_1d  # noqa: F401
+from lessonlib.course.checks.ex1 import exercise_1a, exercise_1b, exercise_1c  # noqa: F401
+from lessonlib.course.checks.ex1_detect import exercise_1d  # noqa: F401
 from lessonlib.course.checks.ex2 import LEVIATHAN_TABLE_1
 from lessonlib.course.checks.ex2 import exercise_2a, exercise_2b, exercise_2c, exercise_2d  # noqa: F401
 from lessonlib.course.checks.ex3 import theory_best_loss

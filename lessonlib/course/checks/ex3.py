@@ -9,8 +9,8 @@ import copy
 import numpy as np
 
 from lessonlib.core import sampling, toy
-from lessonlib.course.checks import wrong
-from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, run_check,
+from lessonlib.course.checks import numeric, wrong
+from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, numbers, run_check,
                                                with_controls)
 from lessonlib.course.messages import N_, _, say, translated
 
@@ -76,7 +76,7 @@ def _verify_distillation_loss(distillation_loss):
                  hint=_("compute the loss with torch operations and return the tensor (no .item(), no numpy)"))
         expected = train.distillation_loss(student, teacher, kind, labels=labels, temperature=t)
         hint = _loss_hint(got.item(), expected.item(), kind, t, student, teacher)
-        expect_close(case, got.item(), expected.item(), atol=1e-5, hint=hint)
+        expect_close(case, got.detach(), expected.item(), atol=1e-5, hint=hint)  # the tensor: its dtype's precision
         if got.grad_fn is None:
             fail(case, _("the loss is not connected to the student's logits (no gradient would flow)"),
                  hint=_("compute it with torch operations on student_logits; no .detach(), .item(), numpy or "
@@ -85,10 +85,10 @@ def _verify_distillation_loss(distillation_loss):
         s_ref = student.clone().requires_grad_(True)
         ref_loss = train.distillation_loss(s_ref, teacher, kind, labels=labels, temperature=t)
         (grad_ref,) = torch.autograd.grad(ref_loss, s_ref)
-        expect_close(say("{case}, gradient", case=translated(case)), grad.numpy(), grad_ref.numpy(), atol=1e-5,
+        expect_close(say("{case}, gradient", case=translated(case)), grad, grad_ref.numpy(), atol=1e-5,
                      hint=hint)
-    return [say("matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 ({n} cases)",
-                n=len(_loss_cases()))]
+    return [say("matches the reference value and gradient for ce, fkl and tvd at T = 0.5, 1, 2 ({n} cases) to "
+                "{tolerance}", n=len(_loss_cases()), tolerance=numeric.phrase(f"{1e-5:g}"))]
 
 
 def exercise_3a(distillation_loss):
@@ -144,15 +144,16 @@ def _verify_measure_alpha(measure_alpha):
         if np.ndim(mean) == 1 and np.ndim(per_position) == 0:
             fail(case, _("the pair is the wrong way round"), hint=_("return (mean, per_position): the mean first"))
         expected = distill.measure_alpha(target, draft, tokens, t)[1]
-        got = np.asarray(per_position, dtype=float)
+        got = numbers(case, per_position, _("return the per-position α as a 1-D array with one entry per predicted "
+                                            "token"))[0]
         hint = _alpha_hint(got, expected, target, draft, tokens, t)
-        expect_close(say("{case}, per-position alpha", case=translated(case)),
-                     per_position if hasattr(per_position, "dtype") else got, expected,
+        expect_close(say("{case}, per-position alpha", case=translated(case)), per_position, expected,
                      atol=1e-6, hint=hint)  # 1e-6: float32 arithmetic is not a mistake
         expect_close(say("{case}, mean alpha", case=translated(case)), as_number(case, mean), expected.mean(),
                      atol=1e-6, hint=_("the mean is the average of the per-position α"))
-    return [say("per-position and mean α match Σ min(p, q) to 1e-6 on {n} cases: T = 0 (greedy "
-                "agreement), 0.5, 1, 2, and α = 1 when draft == target", n=len(_alpha_cases()))]
+    return [say("per-position and mean α match Σ min(p, q) to {tolerance} on {n} cases: T = 0 (greedy "
+                "agreement), 0.5, 1, 2, and α = 1 when draft == target", n=len(_alpha_cases()),
+                tolerance=numeric.phrase(f"{1e-6:g}"))]
 
 
 def exercise_3b(measure_alpha):
@@ -202,7 +203,7 @@ def _train_kind(train_step, kind):
     student.train()
     losses = [call(train_step, case, student, optimizer, x, y, teacher=teacher, kind=kind, hints=NEEDS_GRAD)
               for _step in range(STEP_STEPS)]
-    if not all(isinstance(v, float) for v in losses):
+    if not all(isinstance(v, (float, np.floating)) for v in losses):
         fail(case, _("train_step must return the loss as a Python float (loss.item())"), got=repr(losses[0])[:80])
     # bf16 autocast (used by lessonlib on CPUs that support it) moves the value by < 3 %
     if abs(losses[0] - start) > 0.03 * abs(start) + 1e-3:
@@ -243,14 +244,64 @@ def _ignores_leftover_gradients(train_step):
                       "so without it the step follows old gradients. {order}", order=translated(STEP_ORDER)))
 
 
+IN_A_ROW = ("fkl", "ce", "tvd", "fkl")  # consecutive steps, each on its own batch and kind
+STALE = N_("each step must move the weights along its own batch's gradient alone: call optimizer.zero_grad() before "
+           "loss.backward() on every call (not once, not only when .grad is empty), and step the optimizer you are "
+           "given")
+
+
+def _gradient(model, teacher, x, y, kind):
+    """The loss's gradient at the model's current weights, on a copy (float32; one vector)."""
+    import torch
+
+    from lessonlib.models import train
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        teacher_logits = teacher(x)
+    train.distillation_loss(twin(x), teacher_logits, kind, labels=y).backward()
+    return torch.cat([p.grad.flatten() for p in twin.parameters()])
+
+
+def _steps_in_a_row(train_step) -> float:
+    """``len(IN_A_ROW)`` consecutive calls with plain SGD, whose update is −lr × the gradient the step used:
+    each update must point along that step's own gradient (cosine > 0.99; gradient clipping keeps the
+    direction, bfloat16 autocast moves it by < 1e-4). Returns the smallest cosine."""
+    import torch
+
+    student, teacher, _adamw, _x, _y = _step_setup()
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(306)
+    student.train()
+    worst = 1.0
+    for i, kind in enumerate(IN_A_ROW):
+        x, y = (torch.randint(0, 64, (4, 16), generator=gen) for _pair in range(2))
+        before = [p.detach().clone() for p in student.parameters()]
+        gradient = _gradient(student, teacher, x, y, kind)
+        case = say("step {i} of {n} in a row (kind={kind}, a new batch each step)", i=i + 1, n=len(IN_A_ROW),
+                   kind=repr(kind))
+        call(train_step, case, student, optimizer, x, y, teacher=teacher, kind=kind, hints=NEEDS_GRAD)
+        moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, student.parameters())])
+        cosine = float(torch.nn.functional.cosine_similarity(moved.double(), gradient.double(), dim=0))
+        worst = min(worst, cosine)
+        if not cosine > 0.99:
+            fail(case, say("the update does not follow this step's gradient (cosine {cosine:.3f}, expected above "
+                           "0.99): it carries gradients of earlier steps, or another optimizer's", cosine=cosine),
+                 hint=STALE)
+    return worst
+
+
 def _verify_train_step(train_step):
     import torch
 
     with torch.random.fork_rng(devices=[]):  # the models' seeds must not move the notebook's torch RNG
         verified = [_train_kind(train_step, kind) for kind in ("ce", "fkl", "tvd")]
+        worst = _steps_in_a_row(train_step)
         _ignores_leftover_gradients(train_step)
     return [say("returns the loss of the right kind, lowers it in {steps} steps on a fixed batch ({losses}), and "
                 "leaves the teacher untouched", steps=STEP_STEPS, losses=", ".join(verified)),
+            say("{n} steps in a row on new batches (plain SGD): each update follows its own step's gradient "
+                "(smallest cosine {worst:.4f})", n=len(IN_A_ROW), worst=worst),
             _("zeroes the gradients before backward: stale .grad values do not change the update")]
 
 

@@ -7,12 +7,30 @@ import numpy as np
 
 from lessonlib.core import tree
 from lessonlib.course.checks import wrong
-from lessonlib.course.checks.framework import call, chi_square_gate, expect_equal, fail, run_check, with_controls
+from lessonlib.course.checks.cases import seeded
+from lessonlib.course.checks.framework import (call, chi_square_gate, expect_equal, fail, numbers, run_check,
+                                               with_controls)
 from lessonlib.course.messages import N_, _, say, translated
 
 
 def _random_tree(rng, n):
     return np.array([rng.integers(-1, i) for i in range(n)], dtype=np.int64)
+
+
+def _deep_tree(rng, n, depth):
+    """A chain ``depth`` nodes long, then ``n - depth`` nodes hung anywhere on it or on each other."""
+    return np.array([i - 1 for i in range(depth)] + [rng.integers(0, i) for i in range(depth, n)], dtype=np.int64)
+
+
+def eagle2_tree():
+    """(parents, tokens) of an EAGLE-2 dynamic tree as notebook 04 drafts one: 6 deep, the 4 most likely nodes
+    expanded at each depth, the best 24 kept (``tree.draft_dynamic`` on a peaked 12-token draft)."""
+    table = np.full((12, 12), 0.02)
+    table[np.arange(12), (np.arange(12) + 1) % 12] = 0.85
+    table[np.arange(12), (np.arange(12) + 5) % 12] = 0.1
+    parents, tokens, _score = tree.draft_dynamic(markov_expand(table / table.sum(1, keepdims=True)), depth=6,
+                                                 top_k=4, total=24)
+    return parents, tokens
 
 
 def _pair(case, got, what="(path, emitted)"):
@@ -39,24 +57,28 @@ def _mask_hint(got, want):
 
 def _verify_tree_mask(build_tree_mask):
     cases = {N_("the lesson's tree (root -> a, b; a -> c, d; b -> e, f)"): np.array([-1, -1, 0, 0, 1, 1]),
-             N_("a chain of 4"): np.array([-1, 0, 1, 2]), N_("one node"): np.array([-1])}
+             N_("a chain of 4"): np.array([-1, 0, 1, 2]), N_("one node"): np.array([-1]),
+             N_("a chain of 8"): np.arange(-1, 7), N_("an EAGLE-2 dynamic tree (24 nodes, 6 deep, as in notebook 04)"):
+             eagle2_tree()[0]}
     rng = np.random.default_rng(40)
     cases.update({say("random tree #{i} ({n} nodes)", i=i, n=n): _random_tree(rng, n)
                   for i, n in enumerate((7, 15, 30))})
+    cases[say("a tree {depth} deep ({n} nodes)", depth=10, n=40)] = _deep_tree(rng, 40, 10)
     for case, parents in cases.items():
-        got = np.asarray(call(build_tree_mask, case, parents))
+        got = numbers(case, call(build_tree_mask, case, parents), MASK)[0]
         if got.shape != (len(parents), len(parents)):
             fail(case, say("the mask must be (N, N) = {shape}, got shape {got}", shape=(len(parents),) * 2,
                            got=got.shape))
         want = tree.tree_attention_mask(parents)
-        got = got.astype(bool)
+        got = got != 0
         if not np.array_equal(got, want):
             i, j = np.argwhere(got != want)[0]
             fail(case, say("mask[{i}, {j}] is {got}, expected {want} (node {i}'s ancestors: {ancestors})", i=i, j=j,
                            got=bool(got[i, j]), want=bool(want[i, j]),
                            ancestors=np.flatnonzero(want[i] & (np.arange(len(want)) != i)).tolist()),
                  want.astype(int), got.astype(int), _mask_hint(got, want))
-    return [_("matches the ancestor rule on the lesson's tree, a chain, one node and 3 random trees")]
+    return [_("matches the ancestor rule on the lesson's tree, chains of 4 and 8, one node, an EAGLE-2 tree 6 deep, "
+              "3 random trees and one 10 deep")]
 
 
 def exercise_4a(build_tree_mask):
@@ -97,7 +119,13 @@ def _topk_cases():
     rng = np.random.default_rng(41)
     cases = [(say("branching {b}, random 12-token draft #{i}", b=b, i=i), rng.dirichlet(np.full(12, 0.4), size=12), b)
              for i, b in enumerate([(3,), (3, 2, 2), (2, 2, 2, 1), (4, 1, 1)])]
-    return cases + [(N_("branching (3, 2), a draft with tied probabilities"), _tied_table(), (3, 2))]
+    wide = np.random.default_rng(47).integers(1, 5, 40).astype(float)  # 40 tokens, many tied at each value
+    wide = np.stack([np.roll(wide, i) for i in range(40)]) / wide.sum()
+    return cases + [(N_("branching (3, 2), a draft with tied probabilities"), _tied_table(), (3, 2)),
+                    (N_("branching (4, 2, 1, 1, 1, 1), 40 tokens with tied probabilities (6 deep)"), wide,
+                     (4, 2, 1, 1, 1, 1)),
+                    (N_("branching (2, 2, 2, 2, 2, 2), random 12-token draft (6 deep)"),
+                     rng.dirichlet(np.full(12, 0.4), size=12), (2, 2, 2, 2, 2, 2))]
 
 
 def _same_values(expand, parents, got, want) -> bool:
@@ -128,8 +156,9 @@ def _verify_topk_tree(draft_topk_tree):
             tie = _same_values(expand, parents, tokens.astype(np.int64), want_tokens)
             expect_equal(say("{case}: tokens", case=translated(case)), tokens.tolist(), want_tokens.tolist(),
                          TIES if tie else RANKS)
-    return [_("parents and tokens match the reference for 4 branchings (3; 3-2-2; 2-2-2-1; 4-1-1)"),
-            _("equal probabilities rank the lower token id first")]
+    return [_("parents and tokens match the reference for 6 branchings (3; 3-2-2; 2-2-2-1; 4-1-1; 4-2-1-1-1-1; "
+              "2-2-2-2-2-2, 6 deep)"),
+            _("equal probabilities rank the lower token id first (12 and 40 tokens, a stable sort's order)")]
 
 
 def exercise_4b(draft_topk_tree):
@@ -171,15 +200,31 @@ def _greedy_cases():
     for i in range(6):
         p = _random_tree(rng, 20)
         cases[say("random tree #{i}, 3-token vocabulary", i=i)] = (p, rng.integers(0, 3, 20), rng.integers(0, 3, 21))
+    chain = np.arange(-1, 7)
+    cases[N_("a chain of 8, all accepted")] = (chain, np.arange(8) % 3, np.r_[np.arange(8) % 3, 1])
+    parents, tokens = eagle2_tree()
+    cases[N_("an EAGLE-2 tree 6 deep, its deepest path accepted")] = (parents, tokens, _accepting(parents, tokens))
+    deep = _deep_tree(rng, 40, 10)
+    cases[say("a tree {depth} deep ({n} nodes), 2-token vocabulary", depth=10, n=40)] = (
+        deep, rng.integers(0, 2, 40), rng.integers(0, 2, 41))
     return cases
+
+
+def _accepting(parents, tokens):
+    """target_argmax under which the deepest node's whole path is accepted (the bonus: token 0)."""
+    mask = tree.tree_attention_mask(parents)
+    argmax = np.zeros(len(parents) + 1, dtype=np.int64)
+    for node in np.flatnonzero(mask[int(np.argmax(mask.sum(1)))]):
+        argmax[parents[node] + 1] = tokens[node]
+    return argmax
 
 
 def _verify_greedy_tree(verify_tree_greedy):
     for case, (p, t, argmax) in _greedy_cases().items():
         got = _pair(case, call(verify_tree_greedy, case, p, t, argmax))
         want = tree.verify_tree_greedy(p, t, argmax)
-        path = [int(x) for x in got[0]]
-        if (path, [int(x) for x in got[1]]) in _tie_readings(p, t, argmax):
+        path, emitted = _ints(case, got[0], "path"), _ints(case, got[1], "emitted")
+        if (path, emitted) in _tie_readings(p, t, argmax):
             continue
         shown = translated(case)
         expect_equal(say("{case}: path", case=shown), path, want[0],
@@ -188,7 +233,8 @@ def _verify_greedy_tree(verify_tree_greedy):
         expect_equal(say("{case}: emitted", case=shown), [int(x) for x in got[1]], want[1],
                      hint=_("the path's tokens, then the bonus: target_argmax[last accepted node + 1] (row 0 if none)"))
     return [_("longest accepted path and bonus token match on the lesson's tree (3 cases), two ties (the path ending "
-              "at the smallest node index wins; the first found depth-first also passes) and 6 random trees")]
+              "at the smallest node index wins; the first found depth-first also passes), 6 random trees, a chain "
+              "of 8, an EAGLE-2 tree 6 deep and a tree 10 deep")]
 
 
 def exercise_4c(verify_tree_greedy):
@@ -205,30 +251,85 @@ SIBLINGS = N_("try the children in order, each with a fresh u = rng.random(): ac
             "own row p_rows[c + 1]; if all fail, sample the last token from what is left")
 
 
+DEEP_ROUNDS = 2000
+
+
+def _ints(case, seq, what) -> list[int]:
+    """A list of token ids or node indices from whatever sequence came back, or a ✗ naming it."""
+    try:
+        if isinstance(seq, (str, bytes, dict)):
+            raise TypeError(seq)
+        return [int(x) for x in seq]
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        fail(case, say("expected {what} as a list of integers, got {kind}", what=what, kind=type(seq).__name__),
+             got=repr(seq)[:80])
+    raise AssertionError("unreachable")  # fail raises
+
+
+def _rounds(fn, case, parents, tokens, p_rows, rng, rounds) -> list[tuple[int, ...]]:
+    """The emitted sequences of ``rounds`` calls, in order."""
+    return [tuple(_ints(case, _pair(case, call(fn, case, parents, tokens, p_rows, rng))[1], "emitted"))
+            for _round in range(rounds)]
+
+
+def _emitted(fn, case, parents, tokens, p_rows, rng, rounds) -> Counter:
+    """How often each emitted sequence came back in ``rounds`` calls."""
+    return Counter(_rounds(fn, case, parents, tokens, p_rows, rng, rounds))
+
+
+def _possible(case, seen: Counter, exact: dict, rounds: int) -> None:
+    never = Counter({seq: n for seq, n in seen.items() if seq not in exact})  # outputs the rule can never emit
+    if never:
+        (seq, n), = never.most_common(1)
+        fail(case, say("emitted the tokens {tokens} ({n} of {rounds} rounds), which the rule can never emit "
+                       "(probability 0)", tokens=list(seq), n=n, rounds=rounds), hint=SIBLINGS)
+
+
+def _deep_rows(parents, tokens, rng):
+    """p rows that favour each node's children, so that paths 6 deep are accepted often (V = 12)."""
+    p_rows = rng.dirichlet(np.full(12, 0.5), size=len(parents) + 1)
+    for node in range(-1, len(parents)):
+        kids = tokens[parents == node]
+        if len(kids):
+            p_rows[node + 1, kids] += 1.5 / len(kids)
+    return p_rows / p_rows.sum(1, keepdims=True)
+
+
+def _deep_test(verify_tree_sampled) -> None:
+    """On the EAGLE-2 tree (6 deep): every output possible, and the number of emitted tokens (the accepted
+    depth + 1) follows its exact law."""
+    parents, tokens = eagle2_tree()
+    p_rows = _deep_rows(parents, tokens, np.random.default_rng(45))
+    exact = tree.tree_output_distribution(parents, tokens, p_rows)
+    case = say("{rounds} rounds on an EAGLE-2 tree 6 deep over 12 tokens", rounds=DEEP_ROUNDS)
+    seen = _emitted(verify_tree_sampled, case, parents, tokens, p_rows, np.random.default_rng(46), DEEP_ROUNDS)
+    _possible(case, seen, exact, DEEP_ROUNDS)
+    law, counts = np.zeros(8), np.zeros(8)
+    for seq, prob in exact.items():
+        law[len(seq)] += prob
+    for seq, n in seen.items():
+        counts[len(seq)] += n
+    chi_square_gate(case, counts[1:], law[1:], TREE_LEVEL, hint=SIBLINGS,
+                    labels=[say("{n} tokens", n=n) for n in range(1, 8)])
+
+
 def _verify_sampled_tree(verify_tree_sampled, rounds=TREE_ROUNDS):
     rng = np.random.default_rng(43)
     parents, tokens = np.array([-1, -1, -1, 0, 0, 1]), np.array([0, 1, 2, 1, 3, 0])
     p_rows = rng.dirichlet(np.full(4, 1.5), size=len(parents) + 1)
     exact = tree.tree_output_distribution(parents, tokens, p_rows)
     keys = sorted(exact)
-    index = {k: i for i, k in enumerate(keys)}
-    counts, never = np.zeros(len(keys)), Counter()  # never: outputs the rule can never emit
-    sample_rng = np.random.default_rng(44)
     case = say("{rounds} rounds on a 6-node tree over 4 tokens", rounds=rounds)
-    for _round in range(rounds):
-        got = _pair(case, call(verify_tree_sampled, case, parents, tokens, p_rows, sample_rng))
-        emitted = tuple(int(x) for x in got[1])
-        if emitted in index:
-            counts[index[emitted]] += 1
-        else:
-            never[emitted] += 1
-    if never:
-        (seq, n), = never.most_common(1)
-        fail(case, say("emitted the tokens {tokens} ({n} of {rounds} rounds), which the rule can never emit "
-                       "(probability 0)", tokens=list(seq), n=n, rounds=rounds), hint=SIBLINGS)
-    chi_square_gate(case, counts, [exact[k] for k in keys], TREE_LEVEL, hint=SIBLINGS)
+    seen = _emitted(verify_tree_sampled, case, parents, tokens, p_rows, np.random.default_rng(44), rounds)
+    _possible(case, seen, exact, rounds)
+    again = N_("the same rounds with generators of equal and of different seeds")
+    randomness = seeded(again, lambda g: _rounds(verify_tree_sampled, again, parents, tokens, p_rows, g, 20))
+    chi_square_gate(case, [seen[k] for k in keys], [exact[k] for k in keys], TREE_LEVEL, hint=SIBLINGS)
+    _deep_test(verify_tree_sampled)
     return [say("the emitted sequences follow the exact enumeration (chi-square, {rounds} rounds, "
-                "false alarm {level:g})", rounds=rounds, level=TREE_LEVEL)]
+                "false alarm {level:g})", rounds=rounds, level=TREE_LEVEL),
+            say("on an EAGLE-2 tree 6 deep the number of emitted tokens follows its exact law (chi-square, {rounds} "
+                "rounds, false alarm {level:g})", rounds=DEEP_ROUNDS, level=TREE_LEVEL), randomness]
 
 
 def exercise_4d(verify_tree_sampled):

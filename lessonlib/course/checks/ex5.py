@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from lessonlib.core import theory
-from lessonlib.course.checks import wrong
+from lessonlib.course.checks import numeric, wrong
 from lessonlib.course.checks.framework import (CheckFailed, as_number, call, expect_close, expect_equal, fail,
                                                quoted, run_check, with_controls)
 from lessonlib.course.checks.ex5_hints import _history, _diagnose
@@ -21,6 +21,9 @@ INTERPOLATE = N_("with k=None the best K breaks even exactly at α = c (notebook
 ALREADY = N_("α(T) is already at or below the break-even α at the first measured temperature: return temperatures[0]")
 AT_BREAKEVEN = N_("α equal to the break-even α already stops paying (the speedup is exactly 1): take the first T with "
                 "alpha <= the break-even α, not <")
+
+ALPHA_ONE = N_("α = 1 (every draft accepted) and α just below it are measured values like any other: compare them "
+               "with the break-even α and interpolate from them; no special case for α near 1 (E(1, K) = K + 1)")
 
 
 def _breakeven_cases():
@@ -40,11 +43,22 @@ def _breakeven_cases():
              (N_("alpha equals c = 0.25 from T = 1.5 on"), [0.5, 1.5, 2.5], [0.75, 0.25, 0.25], 0.25, None,
               AT_BREAKEVEN),
              (N_("K = 4: alpha reaches theory.breakeven_alpha(4, 0.1) at T = 1, then falls"), [0.0, 1.0, 2.0],
-              [0.6, a4, a4 - 0.1], 0.1, 4, INTERPOLATE)]
+              [0.6, a4, a4 - 0.1], 0.1, 4, INTERPOLATE),
+             # α's upper end (α = 1 exactly, 0.995, 0.999) and c up to 1, where α* reaches 1
+             (N_("alpha = 1 exactly until T = 1, then falls through c = 0.3"), [0.0, 1.0, 2.0], [1.0, 1.0, 0.2], 0.3,
+              None, ALPHA_ONE),
+             (N_("alpha 0.999 and 0.995, then falls through c = 0.5"), [0.0, 0.5, 1.0], [0.999, 0.995, 0.1], 0.5,
+              None, ALPHA_ONE),
+             (N_("c = 1 (a draft as costly as the target): the best K breaks even only at α = 1"), [0.2, 0.8, 1.5],
+              [1.0, 1.0, 0.5], 1.0, None, ALREADY),
+             (N_("c = 1, K = 4: breaks even at α = 1"), [0.2, 0.8, 1.5], [1.0, 1.0, 0.5], 1.0, 4, ALREADY),
+             (N_("c = 0.99, K = 3: alpha 0.999 then 0.9"), [0.0, 1.0, 2.0], [0.9999, 0.999, 0.9], 0.99, 3,
+              ALPHA_ONE),
+             (N_("c = 0.9: alpha stays at 0.95, above c"), [0.0, 1.0], [0.95, 0.95], 0.9, None, INTERPOLATE)]
     for i in range(20):
         t = np.cumsum(rng.uniform(0.1, 0.6, 9)) - 0.1
         a = np.sort(rng.uniform(0, 1, 9))[::-1]
-        cases.append((say("random falling curve #{i}", i=i), t.tolist(), a.tolist(), float(rng.uniform(0.02, 0.4)),
+        cases.append((say("random falling curve #{i}", i=i), t.tolist(), a.tolist(), float(rng.uniform(0.02, 1.0)),
                       None if i % 2 else int(rng.integers(1, 8)), INTERPOLATE))
     return cases
 
@@ -107,9 +121,10 @@ def _verify_breakeven_temperature(breakeven_temperature):
         else:
             expect_close(case, got, want, atol=1e-6, hint=hint)
     _rejects_bad_input(breakeven_temperature)
-    return [say("matches the definition to 1e-6 on {n} curves (first crossing, interpolated, best K or a given "
-                "K, α exactly at break-even, already below at the first T (0 or not), inf when it never breaks even)",
-                n=len(cases)),
+    return [say("matches the definition to {tolerance} on {n} curves (first crossing, interpolated, best K or a "
+                "given K, α exactly at break-even, already below at the first T (0 or not), inf when it never breaks "
+                "even, α = 1 and just below, c from 0 to 1)", n=len(cases),
+                tolerance=numeric.phrase(f"{1e-6:g}")),
             say("raises ValueError on all {n} kinds of bad input the exercise names (lengths differ, "
                 "temperatures decreasing or equal, α above 1, below 0 or NaN)", n=len(BAD_INPUT))]
 
@@ -145,6 +160,16 @@ POLICY_STREAMS = [  # (case, policy settings, phases: (output tokens, accepted-c
      {"window": 8, "probe_window": 4, "probe_every": 5, "on_above": 1.3},
      [(150, 0.8), (200, 0.1), (150, 0.35), (200, 0.7), (100, 0.05)]),
     (N_("random stream, default settings"), {}, [(300, 0.6), (300, 0.2), (300, 0.45), (300, 0.3), (300, 0.8)]),
+    # rounds that draft fewer than K (the end of the text, a dynamic K): all accepted is no rejection
+    (N_("rounds drafting 1 of 4 tokens, all accepted, between rejected ones"), {},
+     [(300, [(1, 1), (0, 4), (0, 4)]), (200, [(2, 2), (3, 3)])]),
+    (N_("rounds drafting 1 to 3 of 4 tokens after a switch-off"), {}, [(32, BAD), (400, [(1, 1), (2, 3), (3, 3)])]),
+    # the regime the course's own measurements sit in: c up to 1, a verify pass well above one step
+    (N_("c = 0.5 and r = 1.6 (a costly draft and verify pass), random stream"), {"c": 0.5, "r": 1.6},
+     [(200, 0.97), (200, 0.6), (300, 0.99), (200, 0.9)]),
+    (N_("c = 1 (a draft as costly as the target): never pays 1.2x, so once off it stays off"), {"c": 1.0},
+     [(100, GOOD), (200, [4, 3]), (300, GOOD)]),
+    (N_("c = 0.99 and r = 1.05, random stream"), {"c": 0.99, "r": 1.05}, [(200, 1.0), (200, 0.98), (200, 1.0)]),
 ]
 
 
@@ -158,22 +183,25 @@ class _Outcomes:
         self.used = [0] * len(phases)
         self.rng = np.random.default_rng(seed)
 
-    def __call__(self, position):
+    def __call__(self, position) -> tuple[int, int]:
+        """(accepted, drafted) of the next round: K drafted unless the pattern says otherwise."""
         i = min(int(np.searchsorted(self.ends, position, side="right")), len(self.ends) - 1)
         kind, self.used[i] = self.kinds[i], self.used[i] + 1
         if isinstance(kind, list):
-            return kind[(self.used[i] - 1) % len(kind)]
+            step = kind[(self.used[i] - 1) % len(kind)]
+            return step if isinstance(step, tuple) else (step, POLICY_K)
         ok = self.rng.random(POLICY_K) < kind
-        return POLICY_K if ok.all() else int(np.argmin(ok))
+        return (POLICY_K if ok.all() else int(np.argmin(ok))), POLICY_K
 
 
 def _lockstep(policy_class, case, settings, phases, seed):
     """Drive the student's policy and the reference together; fail at the first different action."""
     from lessonlib.decoding import fallback
 
-    policy = call(policy_class, say("{case}: constructing the policy", case=translated(case)), POLICY_K, POLICY_C,
-                  **settings)
-    ref = fallback.FallbackPolicy(POLICY_K, POLICY_C, **settings)
+    settings = dict(settings)
+    c = settings.pop("c", POLICY_C)
+    policy = call(policy_class, say("{case}: constructing the policy", case=translated(case)), POLICY_K, c, **settings)
+    ref = fallback.FallbackPolicy(POLICY_K, c, **settings)
     outcomes, events, before, just_switched, since_on = _Outcomes(phases, seed), [], [], None, None
     position, step, end = 0, 0, sum(n for n, _ in phases)
     while position < end:
@@ -190,10 +218,10 @@ def _lockstep(policy_class, case, settings, phases, seed):
             events.append(("plain", None))
             position += 1
         else:
-            accepted = outcomes(position)
-            before = (list(ref.rounds) + [(accepted, int(accepted < POLICY_K))])[-ref.rounds.maxlen:]
-            call(policy.record, case, accepted, POLICY_K)
-            ref.record(accepted, POLICY_K)
+            accepted, drafted = outcomes(position)
+            before = (list(ref.rounds) + [(accepted, int(accepted < drafted))])[-ref.rounds.maxlen:]
+            call(policy.record, case, accepted, drafted)
+            ref.record(accepted, drafted)
             events.append((want, accepted))
             position += accepted + 1
         just_switched = ref.switches[-1][1] if len(ref.switches) > switches else None
@@ -216,7 +244,8 @@ def verify_policy(policy_class):
     return [say("decides like the reference at every one of {steps} steps ({switches} switches) on "
                 "{streams} streams: α̂ between the thresholds (hysteresis both ways), the probe window, "
                 "quick re-probes, the window emptied at a switch-off and restarted from the probes at a switch-on, "
-                "a sliding window, other settings, random streams", steps=steps, switches=switches,
+                "a sliding window, rounds drafting fewer than K, other settings, c from 0.1 to 1 and r up to 1.6, "
+                "random streams", steps=steps, switches=switches,
                 streams=len(POLICY_STREAMS))]
 
 

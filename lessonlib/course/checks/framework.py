@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from lessonlib.core import stats
-from lessonlib.course.checks import sandbox
+from lessonlib.course.checks import numeric, sandbox
+from lessonlib.course.checks.numeric import low_precision  # noqa: F401  (re-exported)
 from lessonlib.course.checks.sandbox import LIMITS, TimeUp
 from lessonlib.course.messages import N_, _, say, translated
 
@@ -158,32 +159,38 @@ def _student_line(err: BaseException) -> str:
                        code=(frame.line or "").strip())
 
 
-# relative tolerance for answers computed in a lower precision (a float32 answer is not a wrong answer)
-LOW_PRECISION = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
-
-
-def low_precision(value) -> float:
-    """The relative tolerance ``value``'s float dtype allows (0 for float64 and for Python numbers)."""
-    name = str(getattr(value, "dtype", "")).rsplit(".", 1)[-1]
-    return LOW_PRECISION.get(name, 0.0)
-
-
 def as_number(case: str, value, hint: str | None = None) -> Any:
-    """A single number: Python int/float, numpy scalar or 0-d array (np.where returns those).
+    """A single number: Python int/float, numpy scalar, 0-d array or 0-d tensor (np.where returns those).
 
-    A float, or a numpy float32/float16 scalar (kept, so that ``expect_close`` allows its precision)."""
+    A float; from a lower-precision answer a ``numeric.Rounded`` float that keeps its dtype, so that
+    ``expect_close`` allows its precision."""
     if value is None:
         fail(case, _("your function returned None"), hint=_("did you forget the return statement?"))
-    if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
-        shape = say("an array of shape {shape}", shape=np.shape(value)) if np.ndim(value) else type(value).__name__
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, bytes)) and numeric.ndim(value) != 0:
+        ndim = numeric.ndim(value)
+        shape = say("an array of shape {shape}", shape=tuple(np.shape(value))) if ndim else type(value).__name__
         fail(case, say("expected a single number (a float, a numpy scalar or a 0-d array), got {what}", what=shape),
-             got=value, hint=hint or _("for a single α return one number; only an array α gives an array back"))
+             got=value if ndim is not None else None,
+             hint=hint or _("for a single α return one number; only an array α gives an array back"))
     try:
-        number = float(value)
+        arr, dtype = numeric.to_float64(value)
+        number = float(arr)
     except (TypeError, ValueError):
         fail(case, say("expected a single number, got {kind}", kind=type(value).__name__), got=repr(value)[:80],
              hint=hint)
-    return np.asarray(value).dtype.type(number) if low_precision(np.asarray(value)) else number
+    return numeric.Rounded(number, dtype) if dtype else number
+
+
+def numbers(case: str, got, hint: str | None = None) -> tuple[np.ndarray, str | None]:
+    """``got`` as a float64 array and its lowest precision (``numeric.to_float64``), or a ✗ naming
+    what came back."""
+    if got is None:
+        fail(case, _("your function returned None"), hint=_("did you forget the return statement?"))
+    try:
+        return numeric.to_float64(got)
+    except TypeError as err:
+        fail(case, say("expected numbers, got {kind}", kind=str(err)), got=repr(got)[:80], hint=hint)
+    raise AssertionError("unreachable")  # fail raises
 
 
 def _first_difference(got, expected, atol, rtol) -> dict:
@@ -197,20 +204,16 @@ def _first_difference(got, expected, atol, rtol) -> dict:
 
 def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None = None, rtol: float = 0.0) -> None:
     """``got`` equals ``expected`` to ``atol`` + ``rtol``·|expected|, the relative part at least the
-    ``LOW_PRECISION`` of a float32 or float16 ``got`` (any sequence of numbers: list, tuple, array, tensor)."""
-    rtol = max(rtol, low_precision(got))
-    if got is None:
-        fail(case, _("your function returned None"), hint=_("did you forget the return statement?"))
-    try:
-        got_arr = np.asarray(got, dtype=float)
-    except (TypeError, ValueError):
-        fail(case, say("expected numbers, got {kind}", kind=type(got).__name__), got=repr(got)[:80], hint=hint)
+    ``numeric.LOW_PRECISION`` of a float32, float16 or bfloat16 ``got`` (any sequence of numbers: list,
+    tuple, array, tensor); the tolerance applied is recorded for the ✓ line (``numeric.phrase``)."""
+    got_arr, dtype = numbers(case, got, hint)
+    rtol = numeric.record(dtype or numeric.rounded_dtype(got), max(rtol, numeric.low_precision(got)))
     expected_arr = np.asarray(expected, dtype=float)
     if got_arr.shape != expected_arr.shape:
         fail(case, say("wrong shape {shape}, expected {expected}", shape=got_arr.shape, expected=expected_arr.shape),
-             expected, got, hint)
+             expected, got_arr, hint)
     if not np.isfinite(got_arr).all() and np.isfinite(expected_arr).all():
-        fail(case, _("your values include nan or inf (a division by zero?)"), expected, got, hint)
+        fail(case, _("your values include nan or inf (a division by zero?)"), expected, got_arr, hint)
     if not np.allclose(got_arr, expected_arr, atol=atol, rtol=rtol, equal_nan=True):
         worst = float(np.nanmax(np.abs(got_arr - expected_arr)))
         allowed = say("{atol:g} + {rtol:g}·|expected|", atol=atol, rtol=rtol) if rtol else f"{atol:g}"
@@ -221,7 +224,7 @@ def expect_close(case: str, got, expected, atol: float = 1e-10, hint: str | None
         else:
             problem = say("values differ (largest difference {worst:.3g}, tolerance {allowed})", worst=worst,
                           allowed=allowed)
-        fail(case, problem, expected, got, hint)
+        fail(case, problem, expected, got_arr, hint)
 
 
 def expect_equal(case: str, got, expected, hint: str | None = None) -> None:
@@ -266,6 +269,7 @@ def _within_budget(verify, fn):
     the check's own work on what ``fn`` returned, e.g. an endless iterator)."""
     outer = _budget.copy()
     _budget.update(deadline=time.monotonic() + LIMITS.per_check_s, calls=0)
+    numeric.reset()
     try:
         return sandbox.limited(verify, (fn,), seconds=LIMITS.per_check_s + 5.0)
     except TimeUp:
@@ -318,11 +322,15 @@ class Wrong:
 
 
 def rejects(verify, name: str, wrong) -> str:
-    """Run ``verify`` on a known-wrong implementation; it must raise CheckFailed."""
+    """Run ``verify`` on a known-wrong implementation; it must raise CheckFailed (the tolerance it
+    applied is not the student's: ``numeric.APPLIED`` is put back)."""
+    before = numeric.reset()
     try:
         verify(wrong)
     except CheckFailed as err:
         return say("{name} (caught: {message})", name=translated(name), message=err.args[0].splitlines()[0])
+    finally:
+        numeric.APPLIED.update(before)
     raise RuntimeError(f"the check failed to catch the negative control {name!r}; the check is broken")
 
 

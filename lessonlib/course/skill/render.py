@@ -74,7 +74,7 @@ def _sources_and_decision(x):
         "the table of record (`python -m lessonlib.bench tree` and `sampled`).\n",
         "<!-- decision (machine-readable, checked by tests/course/test_skill.py) -->",
         "```json",
-        json.dumps(_finite(decision), sort_keys=True, default=jsonable, allow_nan=False),
+        json.dumps(_portable(json.loads(json.dumps(decision, default=jsonable))), sort_keys=True, allow_nan=False),
         "```",
     ]
 
@@ -91,14 +91,22 @@ def build_skill(m, record_rows=(), batch=None):
     return "\n".join(line for section in parts for line in section(x)) + "\n"
 
 
-def _finite(x):
-    """The same structure with infinities as None (standard JSON has no Infinity)."""
+SIGNIFICANT = 12  # digits the machine-readable block keeps of each float (see _portable)
+
+
+def _portable(x):
+    """The same structure with infinities as None (standard JSON has no Infinity), NaN refused, and
+    every float rounded to ``SIGNIFICANT`` significant digits: two CPUs (AVX2 and AVX-512 reduce in
+    different orders) differ in a float's last bits, and the committed file must not depend on which
+    one rendered it; 12 digits keep the arithmetic the tests re-check exact to 1e-11."""
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: _portable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, (float, np.floating)) and math.isinf(x):
-        return None
+        return [_portable(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        if math.isnan(x):
+            raise ValueError("the skill file's decision block holds a NaN: the measurements are incomplete")
+        return None if math.isinf(x) else float(f"{float(x):.{SIGNIFICANT}g}")
     return x
 
 

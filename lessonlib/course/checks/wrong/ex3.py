@@ -210,6 +210,29 @@ def step_everything_no_grad(model, optimizer, x, y, teacher=None, kind="ce"):
     return loss.item()
 
 
+def step_zero_grad_once(model, optimizer, x, y, teacher=None, kind="ce"):
+    """Clears the gradients on its first call only (a flag on the optimizer): later steps reuse stale ones."""
+    if not getattr(optimizer, "cleared_once", False):
+        optimizer.zero_grad()
+        optimizer.cleared_once = True
+    loss = _forward(model, x, y, teacher, kind)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def step_own_optimizer(model, optimizer, x, y, teacher=None, kind="ce"):
+    """Builds a new AdamW on every call and ignores the optimizer it is given (its state restarts each step)."""
+    import torch
+
+    own = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loss = _forward(model, x, y, teacher, kind)
+    own.zero_grad()
+    loss.backward()
+    own.step()
+    return loss.item()
+
+
 WORSE = "which loss is 1 − α itself?"
 ENTRIES = [
     Wrong("3a", "KL with the arguments swapped", loss_swapped_kl, "arguments are swapped", "computes KL(q || p)",
@@ -243,6 +266,10 @@ ENTRIES = [
           "gradients pile up over the steps", control=True),
     Wrong("3c", "zero_grad after the step", step_zero_grad_last, "call optimizer.zero_grad() before loss.backward()",
           "the first step follows gradients left from before"),
+    Wrong("3c", "zero_grad on the first call only", step_zero_grad_once, "on every call",
+          "the second step onwards follows the sum of every earlier step's gradients", control=True),
+    Wrong("3c", "a new optimizer every call", step_own_optimizer, "step the optimizer you are given",
+          "ignores the optimizer passed in: its state (and learning rate) restart at every step"),
     Wrong("3c", "teacher with gradients", step_teacher_with_grad, "gradients reached the teacher",
           "the teacher's forward is not under torch.no_grad()"),
     Wrong("3c", "returns the tensor", step_returns_tensor, "loss.item()", "returns loss, not loss.item()"),

@@ -149,6 +149,34 @@ def _sampled(parents, tokens, p_rows, rng, renormalise=True, final_from_original
         node = path[-1]
 
 
+def topk_unstable_sort(expand, branching):
+    """np.argsort(-logq) without kind='stable': equal probabilities come out in the sort's own order."""
+    return _topk_bfs(expand, branching, order=lambda logq: np.argsort(-logq, axis=1))
+
+
+def topk_torch(expand, branching):
+    """torch.topk: which of several equal values it returns first is not specified."""
+    import torch
+
+    return _topk_bfs(expand, branching, order=lambda logq: torch.topk(torch.as_tensor(logq), logq.shape[1],
+                                                                      dim=1).indices.numpy())
+
+
+def sampled_three_levels(parents, tokens, p_rows, rng):
+    """Verifies only the first three levels of the tree (deeper nodes dropped, as if the tree were cut there)."""
+    parents, tokens = np.asarray(parents), np.asarray(tokens)
+    keep = np.flatnonzero(tree.tree_depth(parents) < 3)
+    new = {int(old): i for i, old in enumerate(keep)}
+    cut = np.array([new[int(parents[i])] if parents[i] >= 0 else -1 for i in keep], dtype=np.int64)
+    path, emitted = tree.verify_tree(cut, tokens[keep], np.asarray(p_rows)[np.r_[0, keep + 1]], rng)
+    return [int(keep[i]) for i in path], emitted
+
+
+def sampled_new_generator(parents, tokens, p_rows, rng):
+    """The sibling rule drawing from a new unseeded generator instead of ``rng``: right in law, not reproducible."""
+    return tree.verify_tree(parents, tokens, p_rows, np.random.default_rng())
+
+
 ANCESTORS = "j == i or j is an ancestor of i"
 PARENTS = "parents[i] is the index of the parent node"
 RANKS = "r-th most likely token"
@@ -171,6 +199,10 @@ ENTRIES = [
           "tests parent > 0 instead of >= 0, so nobody sees node 0"),
     Wrong("4a", "two generations", lambda parents: _walk_mask(parents, generations=2), ANCESTORS,
           "walks up twice instead of to the root"),
+    Wrong("4a", "three generations", lambda parents: _walk_mask(parents, generations=3), ANCESTORS,
+          "walks up three times: right on trees up to 4 deep, not on the EAGLE-2 tree (6 deep)", control=True),
+    Wrong("4a", "five generations", lambda parents: _walk_mask(parents, generations=5), ANCESTORS,
+          "walks up five times: a chain of 8 or a tree 10 deep needs more"),
     Wrong("4b", "sampled children", topk_sampled, RANKS, "samples children from q instead of the top-k",
           control=True),
     Wrong("4b", "ties to the higher id",
@@ -185,6 +217,15 @@ ENTRIES = [
           "stores the parent's position in the previous depth"),
     Wrong("4b", "first width everywhere", topk_one_width, "depth d has branching[d] children",
           "uses branching[0] at every depth"),
+    Wrong("4b", "unstable sort", topk_unstable_sort, "ties go to the lower token id",
+          "np.argsort(-logq) (quicksort): equal probabilities in no fixed order past 16 tokens"),
+    Wrong("4b", "torch.topk", topk_torch, "ties go to the lower token id",
+          "torch.topk does not promise the lower id first among equal values"),
+    Wrong("4b", "three levels only", lambda e, b: _topk_bfs(e, b[:3]), "depth d has branching[d] children",
+          "drafts only the first three depths of a deeper branching"),
+    Wrong("4c", "paths at most 3 deep",
+          lambda p, t, a: _greedy(p, t, a, pick=lambda d: np.argmax(np.where(d <= 3, d, 0))), PATH,
+          "keeps the deepest accepted path of at most 3 nodes"),
     Wrong("4c", "first child only", greedy_first_child, PATH, "follows only the first child: a chain, not a tree",
           control=True),
     Wrong("4c", "compares with its own row", lambda p, t, a: _greedy(p, t, a, row=lambda i, parent: i + 1), PATH,
@@ -197,6 +238,11 @@ ENTRIES = [
     Wrong("4c", "ignores the ancestors", lambda p, t, a: _greedy(p, t, a, chained=False), PATH,
           "accepts a node whose parent was rejected"),
     Wrong("4c", "path leaf first", greedy_path_reversed, "root first", "returns the path reversed"),
+    Wrong("4d", "a new unseeded generator", sampled_new_generator, "from the rng argument",
+          "the exact rule, drawing from np.random.default_rng() instead of rng: a seed does not reproduce it",
+          control=True),
+    Wrong("4d", "three levels only", sampled_three_levels, SIBLINGS,
+          "verifies the first three levels only: on a tree 6 deep the round stops early"),
     Wrong("4d", "no renormalisation", lambda p, t, r, g: _sampled(p, t, r, g, renormalise=False), SIBLINGS,
           "tries each sibling with the original p", control=True),
     Wrong("4d", "rejected tokens kept", lambda p, t, r, g: _sampled(p, t, r, g, final_from_original=True), SIBLINGS,

@@ -103,7 +103,7 @@ class Policy:
         self.plain_since_probe += n
 
     def record(self, accepted, drafted):
-        self.rounds = self.keep(self.rounds + [(accepted, int(accepted < drafted))])
+        self.rounds = self.keep(self.rounds + [(accepted, self.rejected(accepted, drafted))])
         if self.speculating:
             if self.full() and self.alpha_hat(self.rounds, drafted) < self.alpha_off:
                 self.switch_off()
@@ -112,6 +112,9 @@ class Policy:
             recent = self.judged()
             if len(recent) >= self.probe_window and self.alpha_hat(recent, drafted) >= self.alpha_on:
                 self.switch_on(recent)
+
+    def rejected(self, accepted, drafted):
+        return int(accepted < drafted)
 
     def keep(self, rounds):
         return rounds[-self.window :]
@@ -134,6 +137,16 @@ class Policy:
 
     def switch_on(self, recent):
         self.speculating, self.rounds = True, recent
+
+
+class RejectedAgainstK(Policy):
+    def rejected(self, accepted, drafted):
+        return int(accepted < self.k)  # a round that drafted fewer than K and accepted them all counts a rejection
+
+
+class IgnoresR(Policy):
+    def __init__(self, k, c, r=1.0, **kwargs):
+        super().__init__(k, c, **kwargs)  # the thresholds with r = 1, whatever the verify pass costs
 
 
 class NoHysteresis(Policy):
@@ -272,10 +285,19 @@ ENTRIES = [
           "strictly increase", "checks np.diff(t) < 0 instead of <= 0"),
     Wrong("5a", "negative α accepted", lambda t, a, c, k=None: _own_checks(t, a, c, k, negative_ok=True),
           "α outside [0, 1]", "checks only α > 1"),
+    Wrong("5a", "α = 1 treated as never breaking even",
+          _validated(lambda t, a, c, k: _crossing(t, np.where(np.asarray(a) >= 1, 2.0, a), _a_star(k, c))),
+          "no special case for α near 1",
+          "skips α = 1 (its closed-form E is 0/0), so c = 1's break-even at α = 1 is missed"),
     Wrong("5a", "sorts the caller's alphas", breakeven_sorts_alphas, "modified `a` in place",
           "alphas.sort() changes the caller's list"),
     Wrong("5a", "no input checks", lambda t, a, c, k=None: _crossing(t, a, _a_star(k, c)), "raise ValueError",
           "accepts lists of different lengths, unsorted temperatures, α > 1"),
+    Wrong("5b", "rejection counted against K", RejectedAgainstK, "a rejection counted only when accepted < drafted",
+          "int(accepted < k): a round that drafted fewer than K and accepted all of them counts as rejected",
+          control=True),
+    Wrong("5b", "thresholds without r", IgnoresR, "α_off",
+          "alpha_for_speedup(..., r=1) whatever r: a costly verify pass is ignored"),
     Wrong("5b", "no hysteresis", NoHysteresis, "hysteresis", "switches on again at α_off", control=True),
     Wrong("5b", "off at the on threshold", OffAtOnThreshold, "hysteresis", "switches off below α_on"),
     Wrong("5b", "one probe decides", OneProbeDecides, PROBE_WINDOW, "switches on after a single good probe",
