@@ -15,7 +15,9 @@ COMMANDS = {"decode": "lessonlib.bench.decode", "tree": "lessonlib.bench.tree", 
             "peers": "lessonlib.bench.peers",  # needs requirements-peers.txt
             "bandwidth": "lessonlib.bench.bandwidth",
             "batch": "lessonlib.bench.batch",  # B sequences at once: speedup against the batch size
-            "agreement": "lessonlib.bench.agreement"}  # two decode runs back to back, row by row
+            "agreement": "lessonlib.bench.agreement",  # two decode runs back to back, row by row
+            "llm-engines": "lessonlib.bench.llm_engines",  # the real LLM's engines against the memory bound
+            "llm": "lessonlib.bench.llm"}  # the real LLM: draft-free speculation over the fastest plain decoding
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,11 @@ fast       PyTorch, one ``addmm`` per product on gathered weights               
 native     every block in one call to ``native.c`` (16-bit weights read once)  ``engines.native``
 =========  ================================================================  ===================
 
+The real LLM (``models.llama``, SmolLM2-135M) has two engines, loaded by ``load_llm(engine=
+"auto" | "readable" | "native", precision="f16" | "f32")`` (``engines.llama``): readable, and
+native -- ``NativeLlama``, every block, the final norm and the tied head in one call to
+``native_llama.c`` (16-bit or float32 weights read once per forward, batch-invariant logits).
+
 ``load(name, engine="auto")`` picks native where it builds here, else fast, and the model
 says which it got (``engine_of``). An engine that cannot run here says why in one line.
 """
@@ -26,6 +31,8 @@ import pathlib
 from lessonlib.engines import native
 from lessonlib.engines.fast import FastGPT
 from lessonlib.engines.heads import accelerate
+from lessonlib.engines.llama import NativeLlama
+from lessonlib.engines.llama import load_llm as load_llm  # the real LLM's loader
 from lessonlib.engines.packing import pack_for_cpu
 from lessonlib.models import heads as _heads
 from lessonlib.models import mtp as _mtp
@@ -85,6 +92,8 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
 
 def engine_of(model) -> str:
     """Which engine runs ``model``'s cached calls: native, fast, packed or readable."""
+    if isinstance(model, NativeLlama):
+        return "native" if model.native is not None else "readable"
     if isinstance(model, FastGPT):
         return "native" if model.native is not None or (model.fast_layers is None and model.use_native
                                                           and unavailable("native") is None) else "fast"

@@ -58,7 +58,7 @@ Layer = tuple[torch.Tensor, ...]
 # activations (this CPU has AVX512-BF16): 10.7 / 13.6 / 17.2 ms, slower (oneDNN's fixed cost
 # again), logits off by up to 0.24 and greedy output different on 1 of 5 prompts within 64
 # tokens. ``python -m lessonlib.bench bandwidth --compile --half`` re-measures both on the machine at
-# hand (outputs/benchmarks/bandwidth.md, issue 27 item 4; one run on a shared, busy 2-core machine):
+# hand (outputs/benchmarks/bandwidth.md; one run on a shared, busy 2-core machine):
 # torch.compile (inductor, dynamic shapes) of ``_block`` compiled in 61 s from an empty cache and ran
 # 0.43x / 0.69x as fast as eager over 1 / 6 new tokens (15.7 / 24.2 ms against 6.7 / 16.7), logits
 # within 9e-6; compiling the whole 24-block loop as one graph took 235 s in a trial and was slower

@@ -10,9 +10,9 @@ gains is measured by ``python -m lessonlib.bench bandwidth`` (one step, a verify
 memory bound) and ``bench peers`` (against llama.cpp on the same weights).
 
 * Built on first use with ``cc -O3 -march=native -fopenmp`` into ``cache_dir()``
-  (``LESSONLIB_CACHE``, else the repository's ``.cache/``, which git ignores), keyed by the
-  source, the flags, the compiler and the CPU, written to a temporary file and renamed into
-  place; a second process finds it built.
+  (``LESSONLIB_CACHE``, else the repository's ``.cache/``, which git ignores) by ``build``
+  (shared with ``native_llama.c``): keyed by the source, the flags, the compiler and the CPU,
+  renamed into place, verified against its recorded size and sha256 before it is mapped.
 * Weights stay float32 unless every matrix of the model is exactly representable in half
   precision (the shipped checkpoints are stored as float16): then the C code reads half-precision
   copies, half the bytes, the same numbers.
@@ -31,37 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
 import pathlib
-import platform
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
 import torch
 
-from lessonlib import paths
+from lessonlib.engines import build
+from lessonlib.engines.build import CACHE_ENV, ENV, FLAGS, cache_dir, enabled
+
+__all__ = ["CACHE_ENV", "ENV", "FLAGS", "cache_dir", "enabled", "library", "status", "prepare", "eagle_step"]
 
 SOURCE = pathlib.Path(__file__).with_name("native.c")
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
-ENV, CACHE_ENV = "LESSONLIB_NATIVE", "LESSONLIB_CACHE"
 MAX_T = 64  # longer calls (a long prefill) run PyTorch's path: its matrix kernels win there
-
-_lib: ctypes.CDLL | None = None
-_why = "not built yet"
-_tried = False
-
-
-def enabled() -> bool:
-    """``LESSONLIB_NATIVE``: unset or "1" uses the native forward when it builds, "0" never."""
-    text = os.environ.get(ENV, "1").strip()
-    if text not in ("0", "1"):
-        raise ValueError(f"environment variable {ENV} must be 0 or 1, got {text!r}")
-    return text == "1"
 
 
 @contextlib.contextmanager
@@ -79,59 +63,12 @@ def turned_off():
             os.environ[ENV] = before
 
 
-def cache_dir() -> pathlib.Path:
-    text = os.environ.get(CACHE_ENV)
-    if text is not None and not text.strip():
-        raise ValueError(f"environment variable {CACHE_ENV} is empty: set it to a folder or unset it")
-    # the course's one cache folder, shared with models.data's token cache (git ignores it)
-    return pathlib.Path(text) if text else paths.ROOT / ".cache"
-
-
-def _cpu() -> str:
-    try:
-        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-        return next((line for line in lines if line.startswith("flags")), platform.processor())
-    except OSError:
-        return platform.processor()
-
-
 def _build(compiler: str) -> pathlib.Path:
-    """The shared library for this source, flags, compiler and CPU, built if not yet there."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu()]).encode()).hexdigest()
-    folder = cache_dir()
-    target = folder / f"native-{key[:16]}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(fd)
-    try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True)
-        if done.returncode:
-            raise OSError(f"{compiler} failed: {done.stderr.strip()[:400]}")
-        os.replace(tmp, target)  # atomic: a process beside this one sees no half-written file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    """The verified shared library of ``native.c`` (``build.build``)."""
+    return build.build(compiler, SOURCE)
 
 
-def library() -> ctypes.CDLL | None:
-    """The loaded native library, or None (``status()`` says why); built once per process."""
-    global _lib, _why, _tried
-    if _tried:
-        return _lib
-    _tried = True
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        _why = "no C compiler (cc) on PATH"
-        return None
-    try:
-        lib = ctypes.CDLL(str(_build(compiler)))
-    except OSError as error:
-        _why = f"the native forward did not build: {error}"
-        return None
+def _setup(lib: ctypes.CDLL) -> str:
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.lessonlib_blocks.argtypes = [i, i, i, i, i, i, p, p, p, i, p, i, p, p, p, i]
     lib.lessonlib_head.argtypes = [i, i, i, i, p, p, p, p, i, p]
@@ -139,15 +76,19 @@ def library() -> ctypes.CDLL | None:
     lib.lessonlib_set_threads.argtypes = [i]
     lib.lessonlib_blocks.restype = lib.lessonlib_head.restype = lib.lessonlib_has_f16.restype = i
     lib.lessonlib_eagle_step.restype = i
-    _lib, _why = lib, f"built ({'half-precision weights' if lib.lessonlib_has_f16() else 'float32 weights only'})"
-    return lib
+    return "half-precision weights" if lib.lessonlib_has_f16() else "float32 weights only"
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded native library, or None (``status()`` says why); built once per process."""
+    return build.load(SOURCE, _setup)
 
 
 def status() -> str:
     """One line: whether the native forward runs here, and why not when it does not."""
     if not enabled():
         return f"off ({ENV}=0)"
-    return "on, " + _why if library() is not None else "off: " + _why
+    return "on, " + build.why(SOURCE) if library() is not None else "off: " + build.why(SOURCE)
 
 
 def _ptr(t: torch.Tensor) -> int:

