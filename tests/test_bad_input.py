@@ -161,11 +161,14 @@ def test_a_failing_save_leaves_the_old_pair_or_no_pair(tmp_path, monkeypatch):
 
 def test_a_head_for_another_target_is_refused_naming_both_sides():
     target = tiny(0, width=16)
-    good = {"kind": "eagle", "target": "target", "config": {**target.config.__dict__}}
+    good = {"kind": "eagle", "target": "target", "config": {**target.config.__dict__},
+            "config_sha256": checkpoints.config_sha256(target.config.__dict__),
+            "target_fingerprint": checkpoints.fingerprint(target)}
     assert checkpoints.check_beside(good, "eagle", target, ("eagle",)) == "eagle"
     with pytest.raises(ValueError, match="kind"):
         checkpoints.check_beside({k: v for k, v in good.items() if k != "kind"}, "eagle", target, ("eagle",))
     wide = {**good, "config": {**good["config"], "n_embd": 32}}
+    wide["config_sha256"] = checkpoints.config_sha256(wide["config"])
     with pytest.raises(ValueError, match="width 32.*has 16"):
         checkpoints.check_beside(wide, "eagle", target, ("eagle",))
     target.checkpoint_name = "draft-kl"

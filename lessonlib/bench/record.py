@@ -59,72 +59,87 @@ def _report(path: pathlib.Path) -> dict:
 def collect(folder: pathlib.Path | None = None, pending: dict | None = None) -> list[dict]:
     """Every method row of the benchmark reports found in ``folder`` (default: paths.benchmarks());
     ``pending``: {stem: report} about to be written there, read instead of the files (``write_with``).
-    A report that lacks the fields a row needs raises ValueError naming the file."""
+    A report that lacks a field a row needs, or holds one of the wrong type, raises ValueError
+    naming that report's file and the command that rebuilds it (``python -m lessonlib.bench STEM``)."""
     folder = pathlib.Path(folder) if folder is not None else paths.benchmarks()
-    try:
-        return _collect(folder, pending or {})
-    except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"a benchmark report in {folder} lacks a field the record needs ({err!r}); "
-                         "re-run the benchmark that wrote it (python -m lessonlib.bench decode, tree or kinds)"
-                         ) from None
-
-
-def _collect(folder: pathlib.Path, pending: dict) -> list[dict]:
-    def source(stem):  # the report about to be written, else the file, else None
-        path = folder / f"{stem}.json"
-        return pending[stem] if stem in pending else _report(path) if path.exists() else None
-
+    pending = pending or {}
     rows = []
-    report = source("decode")
-    if report is not None:
-        s = report.get("settings", {})
-        setting = {"new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
-        rows += [_row("decode", report, r | {"method": "plain", "family": "plain"},
-                      setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
-                 for r in report.get("plain", []) if "spread" in r]
-        rows += [_row("decode", report, r, setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
-                 for r in report["rows"] if "spread" in r]
-    report = source("tree")
-    if report is not None:
-        s = report["setup"]
-        setting = {"corpus": s.get("corpus_name", "code"), "temperature": s.get("temperature", 0.0),
-                   "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
-                   "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
-        rows += [_row("tree", report, r, setting) for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    report = source("kinds")
-    if report is not None:  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
-        s = report["setup"]
-        setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
-                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
-                   "repeats": s.get("repeats")}
-        rows += [_row("kinds", report, r, setting | {"temperature": r["temperature"]})
-                 for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    report = source("sampled")
-    if report is not None:  # every kind with each tree rule at T = 0, 0.7, 1 and top-p 0.95 (bench.sampled)
-        s = report["setup"]
-        setting = {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
-                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
-                   "repeats": s.get("repeats")}
-        rows += [_row("sampled", report, r | {"method": f"{r['method']} ({r['setting']})"},
-                      setting | {"temperature": r["temperature"]})
-                 for r in report["rows"] if r["method"] != "plain" and "spread" in r]
-    report = source("batch")
-    if report is not None:  # plain and the best chain at each batch size B (bench.batch)
-        s = report["setup"]
-        setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "threads": s.get("threads"),
-                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
-        rows += [_row("batch", report, r, setting | {"batch": r["batch"]}) for r in report["record_rows"]]
-    report = source("peers")
-    if report is not None:  # lessonlib, transformers and llama.cpp on the same weights, interleaved (bench.peers)
-        s = report["setup"]
-        setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "prompts": s.get("prompts"),
-                   "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"),
-                   "repeats": s.get("repeats")}
-        rows += [_row("peers", report, r | {"family": r["method"],  # speedup: against the same engine's plain
-                                            "spread": {q: r[q] for q in ("tau", "speedup", "tokens_per_second")
-                                                       if isinstance(r.get(q), dict)}}, setting)
-                 for r in report["rows"]]
+    for stem in SOURCES:
+        path = folder / f"{stem}.json"
+        report = pending[stem] if stem in pending else _report(path) if path.exists() else None
+        if report is None:
+            continue
+        try:
+            rows += ROWS[stem](report)
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:
+            raise ValueError(f"{path} lacks a field the record needs or holds one of the wrong type ({err!r}); "
+                             f"rebuild it with: python -m lessonlib.bench {stem}") from None
     return rows
+
+
+def _rows(report, key: str = "rows", default=None) -> list[dict]:
+    """``report[key]``: a list of JSON objects (a row of another type is refused, not skipped)."""
+    rows = report[key] if default is None else report.get(key, default)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"{key!r} must be a list of JSON objects")
+    return rows
+
+
+def _setup(report) -> dict:
+    """The settings every row of the kinds and sampled reports shares (their ``setup``)."""
+    s = report["setup"]
+    return {"corpus": s.get("corpus_name", "code"), "threads": s.get("threads"), "prompts": s.get("prompts"),
+            "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+
+
+def _decode_rows(report) -> list[dict]:
+    s = report.get("settings", {})
+    setting = {"new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
+    return ([_row("decode", report, r | {"method": "plain", "family": "plain"},
+                  setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
+             for r in _rows(report, "plain", []) if "spread" in r]
+            + [_row("decode", report, r, setting | {"corpus": r["corpus"], "temperature": r["temperature"]})
+               for r in _rows(report) if "spread" in r])
+
+
+def _tree_rows(report) -> list[dict]:
+    s = report["setup"]
+    setting = {"corpus": s.get("corpus_name", "code"), "temperature": s.get("temperature", 0.0),
+               "threads": s.get("threads"), "prompts": s.get("prompts"), "new_tokens": s.get("new_tokens"),
+               "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+    return [_row("tree", report, r, setting) for r in _rows(report) if r["method"] != "plain" and "spread" in r]
+
+
+def _kinds_rows(report) -> list[dict]:  # every draft kind's best chain and tree at T = 0 and T = 1 (bench.kinds)
+    return [_row("kinds", report, r, _setup(report) | {"temperature": r["temperature"]})
+            for r in _rows(report) if r["method"] != "plain" and "spread" in r]
+
+
+def _sampled_rows(report) -> list[dict]:  # every kind with each tree rule at T = 0, 0.7, 1 and top-p 0.95
+    return [_row("sampled", report, r | {"method": f"{r['method']} ({r['setting']})"},
+                 _setup(report) | {"temperature": r["temperature"]})
+            for r in _rows(report) if r["method"] != "plain" and "spread" in r]
+
+
+def _batch_rows(report) -> list[dict]:  # plain and the best chain at each batch size B (bench.batch)
+    s = report["setup"]
+    setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "threads": s.get("threads"),
+               "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_len"), "repeats": s.get("repeats")}
+    return [_row("batch", report, r, setting | {"batch": r["batch"]}) for r in _rows(report, "record_rows")]
+
+
+def _peers_rows(report) -> list[dict]:  # lessonlib, transformers and llama.cpp on the same weights (bench.peers)
+    s = report["setup"]
+    setting = {"corpus": "code", "temperature": s.get("temperature", 0.0), "prompts": s.get("prompts"),
+               "new_tokens": s.get("new_tokens"), "prompt_tokens": s.get("prompt_tokens"), "repeats": s.get("repeats")}
+    return [_row("peers", report, r | {"family": r["method"],  # speedup: against the same engine's plain
+                                       "spread": {q: r[q] for q in ("tau", "speedup", "tokens_per_second")
+                                                  if isinstance(r.get(q), dict)}}, setting)
+            for r in _rows(report)]
+
+
+ROWS = {"decode": _decode_rows, "tree": _tree_rows, "kinds": _kinds_rows, "sampled": _sampled_rows,
+        "batch": _batch_rows, "peers": _peers_rows}  # in SOURCES' order: the record's row order
 
 
 def shown(rows) -> list[dict]:
@@ -270,17 +285,26 @@ def parse_quoted(line: str) -> dict[str, str]:
     return out
 
 
+def where(stem: str, folder: pathlib.Path | None = None) -> pathlib.Path | None:
+    """The file ``read(stem, folder)`` reads: ``stem.json`` in ``folder`` (default
+    paths.benchmarks()), else the shipped one in the repository's outputs/benchmarks/, else None."""
+    for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(),
+                 paths.ROOT / "outputs" / "benchmarks"):
+        if (base / f"{stem}.json").exists():
+            return base / f"{stem}.json"
+    return None
+
+
 def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
     """A benchmark report ``stem.json`` from ``folder`` (default paths.benchmarks()), else the
     shipped one in the repository's outputs/benchmarks/ (tests point the outputs elsewhere);
     None when neither exists. Its run is remembered for ``quoted``."""
-    for base in (pathlib.Path(folder) if folder is not None else paths.benchmarks(),
-                 paths.ROOT / "outputs" / "benchmarks"):
-        if (base / f"{stem}.json").exists():
-            report = _report(base / f"{stem}.json")
-            _note(report, stem)
-            return report
-    return None
+    path = where(stem, folder)
+    if path is None:
+        return None
+    report = _report(path)
+    _note(report, stem)
+    return report
 
 
 def load(folder: pathlib.Path | None = None) -> list[dict]:

@@ -2,17 +2,16 @@
 
     python -m lessonlib.bench sampled [--prompts 5] [--new-tokens 128] [--repeats 1]
 
-Each draft kind (draft-kl, EAGLE, EAGLE-3, Medusa, MTP) runs a short and a long chain
-(``core.kinds``: each kind's ``sampled`` sweep) and one tree shape with each tree rule of the round: ``deterministic`` (the rule's
-most likely children, judged by the sibling rule: q is one-hot), ``with`` (children drawn from q
-i.i.d., SpecInfer's recursive rule) and ``without`` (drawn without replacement by Gumbel-top-k,
-recursive rejection without replacement); the chain's sampled rule is the chain rule of
-Leviathan et al. EAGLE and EAGLE-3 add EAGLE-2's dynamic shape (deterministic, and sampled
-without replacement). The settings: T = 0 (the deterministic rule only: a sampled rule with a
-greedy draft is its deterministic twin), T = 0.7, T = 1, and T = 1 with top-p 0.95
-(``decoding.round.Sampling``: p and q truncated alike). Every method is interleaved with plain
-decoding at the same sampling on the same prompts, the rng seeded ``seed + prompt``; at T = 0
-every output must equal plain greedy decoding.
+Each draft kind (``core.kinds``: each kind's ``sampled`` sweep) runs a short and a long chain and
+one tree shape with each tree rule of the round: ``deterministic`` (the rule's most likely children,
+judged by the sibling rule: q is one-hot), ``with`` (children drawn from q i.i.d., SpecInfer's
+recursive rule) and ``without`` (drawn without replacement by Gumbel-top-k, recursive rejection
+without replacement); the chain's sampled rule is the chain rule of Leviathan et al. EAGLE and
+EAGLE-3 add EAGLE-2's dynamic shape (deterministic, and sampled without replacement). The settings:
+T = 0 (the deterministic rule only: a sampled rule with a greedy draft is its deterministic twin),
+T = 0.7, T = 1, and T = 1 with top-p 0.95 (``decoding.round.Sampling``: p and q truncated alike).
+Every method is interleaved with plain decoding at the same sampling on the same prompts, the rng
+seeded ``seed + prompt``; at T = 0 every output must equal plain greedy decoding.
 
 Writes ``outputs/benchmarks/sampled.json`` and ``sampled.md``, and refreshes the table of record.
 Vocabulary: ``lessonlib.decoding.measures`` (tau, alpha, c, r, speedup).

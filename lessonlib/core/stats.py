@@ -11,7 +11,8 @@ import numpy.typing as npt
 from scipy import stats as _scipy_stats
 from scipy.special import gammaln
 
-from lessonlib.core.validate import check_int, check_interval, check_probs, check_rng, check_same_shape
+from lessonlib.core.validate import (check_int, check_interval, check_positive_number, check_probs, check_rng,
+                                    check_same_shape)
 
 
 def tv_distance(p: npt.ArrayLike, q: npt.ArrayLike) -> float | np.ndarray:
@@ -50,6 +51,7 @@ def tv_null_quantile(p: npt.ArrayLike, n: int, rng: np.random.Generator, level: 
     check_rng(rng)
     n = check_int(n, "n", minimum=1)
     check_interval(level, "level", "(0, 1)")
+    n_sim = check_int(n_sim, "n_sim", minimum=1)
     if n_sim * (1 - level) < 5:
         raise ValueError(f"n_sim={n_sim} is too small to estimate the {level} quantile "
                          "(need n_sim * (1 - level) >= 5)")
@@ -86,7 +88,11 @@ def chi_square(observed_counts: npt.ArrayLike, expected_probs: npt.ArrayLike,
     sum exactly to n); p-value from chi-square with (bins - 1) degrees of freedom. Bins with
     E_b < ``min_expected`` are pooled (least expected first) so the approximation is valid.
     Any count in a bin of probability 0 returns (inf, 0.0). Any shape, flattened."""
-    obs = np.asarray(observed_counts, dtype=np.float64).ravel()
+    raw = np.asarray(observed_counts)
+    if raw.dtype.kind not in "iuf":  # strings ('5') and bools would be converted silently
+        raise ValueError(f"observed_counts must be numbers (non-negative integer counts), got dtype {raw.dtype}")
+    obs = raw.astype(np.float64).ravel()
+    min_expected = check_positive_number(min_expected, "min_expected")
     probs = check_probs(np.ravel(expected_probs), "expected_probs", ndim=(1,))
     if obs.shape != probs.shape:
         raise ValueError(f"observed_counts has {obs.size} bins, expected_probs {probs.size}")

@@ -63,7 +63,10 @@ def choices_from_branching(branching: Sequence[int]) -> list[tuple[int, ...]]:
 def tree_from_choices(choices: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """(parents (N,), ranks (N,)) of a static tree given as paths of top-k ranks; nodes
     ordered by depth, then lexicographically. Every prefix of a path must itself be a path."""
-    paths = sorted({tuple(int(r) for r in c) for c in choices}, key=lambda c: (len(c), c))
+    try:
+        paths = sorted({tuple(check_int(r, "choices' ranks") for r in c) for c in choices}, key=lambda c: (len(c), c))
+    except TypeError:  # a choice that is not a sequence of ranks (a number, None)
+        raise ValueError(f"choices must be paths of ranks, e.g. [(0,), (1,), (0, 0)], got {choices!r}") from None
     if not paths or min(len(c) for c in paths) < 1 or min(min(c) for c in paths) < 0:
         raise ValueError("choices must be non-empty paths of ranks >= 0")
     index = {c: i for i, c in enumerate(paths)}
@@ -166,8 +169,11 @@ def keep_best(parents: npt.ArrayLike, score: npt.ArrayLike, n: int) -> np.ndarra
     contains each member's ancestors.
     """
     depth = tree_depth(parents)
-    order = np.lexsort((np.arange(len(depth)), depth, -np.asarray(score)))
-    return np.sort(order[:n])
+    score = np.asarray(score, dtype=np.float64)
+    if score.shape != depth.shape or np.isnan(score).any():
+        raise ValueError(f"score must hold one number per node ({len(depth)}), no NaN, got shape {score.shape}")
+    order = np.lexsort((np.arange(len(depth)), depth, -score))
+    return np.sort(order[: check_int(n, "n", minimum=0)])
 
 
 def draft_dynamic(expand: Expand, depth: int, top_k: int, total: int) -> Drafted:

@@ -68,6 +68,10 @@ PLAN = (
                                                   "outputs/benchmarks/agreement.md")),
     _bench("tree"), _bench("profile"), _bench("kinds"), _bench("calibration"), _bench("sampled"), _bench("batch"),
     _bench("peers", optional="llama_cpp"),
+    # the real LLM (SmolLM2, requirements-llm.txt): its engines against the memory bound, then draft-free speculation
+    _bench("llm-engines", "--repeats", "10", makes=("outputs/benchmarks/llm_engines.json",
+                                                    "outputs/benchmarks/llm_engines.md")),
+    _bench("llm"),
     _bench("record"),
     *(_notebook(path) for path in NOTEBOOKS),
     Step("skill", ("-m", "lessonlib.course.skill"), ("outputs/skill-speculative-tuning.md",)),

@@ -76,12 +76,16 @@ def status(root: pathlib.Path = ROOT, names=()) -> list[dict]:
     for english in english_notebooks(root, names):
         path = catalog_path(root, english)
         po, changes = catalog_for(root, english)
+        states = _states(po)
+        marked = po.metadata.get(STATUS, "").strip() == COMPLETE
+        changes = changes if path.exists() else ["no catalog yet"]
         rows.append({
             "notebook": english.relative_to(root).as_posix(),
             "catalog": path.relative_to(root).as_posix(), "exists": path.exists(),
-            "complete": po.metadata.get(STATUS, "").strip() == COMPLETE,
-            "cells": len([e for e in po if not e.obsolete]), **_states(po),
-            "changes": changes if path.exists() else ["no catalog yet"],
+            # the header alone is not enough: a truncated catalog keeps its "complete" header
+            "marked_complete": marked,
+            "complete": marked and not changes and not any(states[k] for k in ("fuzzy", "stale", "missing")),
+            "cells": len([e for e in po if not e.obsolete]), **states, "changes": changes,
         })
     return rows
 
@@ -183,7 +187,8 @@ def stats_table(rows: list[dict]) -> str:
     head = f"{'notebook':<40} {'cells':>5} " + " ".join(f"{s:>{max(len(s), 5)}}" for s in states) + "  status"
     lines = [head]
     for r in rows:
-        state = "complete" if r["complete"] else ("no catalog" if not r["exists"] else "in progress")
+        state = ("complete" if r["complete"] else "no catalog" if not r["exists"]
+                 else "marked complete, but not: run check" if r["marked_complete"] else "in progress")
         if r["unchanged_ok"]:  # visible: approved with --unchanged-persian-ok
             state += f" ({len(r['unchanged_ok'])} approved with unchanged Persian: {', '.join(r['unchanged_ok'])})"
         lines.append(f"{r['notebook']:<40} {r['cells']:>5} "

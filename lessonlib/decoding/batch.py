@@ -147,8 +147,14 @@ def _round(target: GPT, cache: BatchCache, drafter: BatchChainDrafter | None, se
 
 def _check_prompts(target: GPT, prompts: Sequence[Ids], max_new_tokens: int, extra: int,
                    draft: GPT | None = None) -> list[list[int]]:
-    if isinstance(prompts, (str, bytes)) or not len(prompts):
-        raise ValueError("prompts must be a non-empty list of token-id prompts (one per sequence of the batch)")
+    if isinstance(prompts, (str, bytes)) or not len(prompts if isinstance(prompts, Sequence) or isinstance(
+            prompts, np.ndarray) and prompts.ndim == 2 else ()):
+        raise ValueError(f"prompts must be a non-empty list of token-id prompts (one per sequence of the batch), "
+                         f"got {type(prompts).__name__}")
+    for b, p in enumerate(prompts):  # a flat [1, 2, 3] is three prompts of one int each: refused, not read as one
+        if isinstance(p, (str, bytes)) or not (isinstance(p, Sequence) or isinstance(p, np.ndarray) and p.ndim == 1):
+            raise ValueError(f"prompts[{b}] must be a list of token ids (prompts is a list of prompts: "
+                             f"[[1, 2, 3]] for one), got {type(p).__name__}")
     for p in prompts:
         check_budget(target, p, max_new_tokens, extra=extra, name="the target")
         if draft is not None:
@@ -221,6 +227,8 @@ def batch_speculative_generate(target: GPT, draft: GPT, prompts: Sequence[Ids], 
     needed when temperature > 1e-5. Row b's greedy tokens are ``decode.speculative_generate``'s
     (and ``generate``'s) for prompt b; sampled, each row follows the target's law."""
     k = check_k(k)  # the one integer rule (core.validate.check_int): 3 and 3.0 pass, True and 3.5 do not
+    if not isinstance(draft, torch.nn.Module) or not hasattr(draft, "config"):  # None: an AttributeError later
+        raise ValueError(f"draft must be a GPT (the draft model: models.load('draft-kl')), got {type(draft).__name__}")
     sampling = Sampling.of(temperature)
     rows = _check_prompts(target, prompts, max_new_tokens, k - 1, draft)
     drafter = BatchChainDrafter(draft, k, len(rows))

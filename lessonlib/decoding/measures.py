@@ -69,8 +69,9 @@ def speedup(plain_seconds_per_token: float, method_seconds_per_token: float) -> 
 
 
 def forward_bound(tau_value: float, k: float, c: float, r: float) -> float:
-    """tau / (k c + r): the speedup of a loop whose rounds cost only their forwards."""
-    k, c = (float(check_nonnegative(x, name)) for x, name in ((k, "k"), (c, "c")))
+    """tau / (k c + r): the speedup of a loop whose rounds cost only their forwards (``k`` a
+    chain's draft length: an integer >= 0, not a fraction)."""
+    k, c = check_int(k, "k", minimum=0), float(check_nonnegative(c, "c"))
     return _ratio(tau_value, "tau_value", k * c + float(check_positive(r, "r")), "k c + r")
 
 
@@ -85,9 +86,12 @@ def summary(values: npt.ArrayLike, level: float = 0.5, min_count: int = MIN_PROM
     every measured number). ``level`` = 0.5 gives the IQR. At least ``min_count`` values (the
     course's rule: >= 5 prompts; pass a smaller ``min_count`` only where fewer is meant)."""
     try:
-        v = np.asarray(values, dtype=np.float64)  # (n_prompts,)
+        raw = np.asarray(values)
+        v = raw.astype(np.float64)  # (n_prompts,)
     except (TypeError, ValueError):
         raise ValueError(f"values must be a 1-D sequence of numbers, got {values!r}") from None
+    if raw.dtype.kind not in "iuf":  # '1.5' or True would convert silently: a measurement is a number
+        raise ValueError(f"values must be a 1-D sequence of numbers (not strings or bools), got {values!r}")
     min_count = check_int(min_count, "min_count", minimum=1)
     if v.ndim != 1 or v.size < min_count:
         raise ValueError(f"values must be a 1-D sequence of at least {min_count} numbers (one per prompt; "
@@ -104,6 +108,10 @@ def summary(values: npt.ArrayLike, level: float = 0.5, min_count: int = MIN_PROM
 def fmt_spread(s: Mapping[str, Any], digits: int = 2, unit: str = "", count: bool = True) -> str:
     """'1.52× [1.41, 1.60], n = 5' for a ``summary`` (without ', n = 5' when ``count`` is False:
     a table with a prompts column, a line that says n once)."""
+    digits = check_int(digits, "digits", minimum=0, maximum=12)
+    if not isinstance(s, Mapping) or not all(k in s for k in ("median", "q25", "q75", *(("n",) if count else ()))):
+        raise ValueError(f"s must be a summary (a mapping with median, q25, q75{' and n' if count else ''}), "
+                         f"got {s!r}")
     f = f"{{:.{digits}f}}"
     text = f"{f.format(s['median'])}{unit} [{f.format(s['q25'])}, {f.format(s['q75'])}]"
     return f"{text}, n = {s['n']}" if count else text

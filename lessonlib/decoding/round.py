@@ -196,9 +196,11 @@ def verify(target: GPT, cache: KVCache, root: int, proposal: Proposal,
     top block's output) or a tuple of block indices (EAGLE-3's fused features).
     ``vocab_checked``: the drafter's vocabulary was checked against the target's (``check_drafter``),
     so its tokens need no check here; any other drafter's are checked, naming the tree."""
-    n = len(proposal.parents)
-    if not vocab_checked:
-        check_token_ids(proposal.tokens, target.config.vocab_size, "tokens (the drafted tree)")
+    n, tokens, vocab = len(proposal.parents), proposal.tokens, target.config.vocab_size
+    # a checked vocabulary still leaves the rule's own ids (a custom rule, a chain of them): one
+    # min/max keeps an id out of range from reaching the forward, whose error would say ``idx``
+    if not vocab_checked or (tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab)):
+        check_token_ids(tokens, vocab, "tokens (the drafted tree)")
     if proposal.is_chain:  # the chain's tree mask is the causal mask: the plain forward
         if cache.length + n + 1 > cache.capacity:
             raise ValueError(f"the chain ({n} drafts) does not fit the context: "

@@ -72,7 +72,7 @@ MEASURED = {"addmm_480x160_us": (6.6, 9.5, 18.4), "linear_480x160_us": (11.1, 21
 
 class FastGPT(GPT):
     """A ``GPT`` whose batch-1 cached forward is the fast path (module docstring); same
-    parameters, same state dict, the same logits within float32 rounding (``tests/engines/test_fast.py``)."""
+    parameters, same state dict, the same logits within float32 rounding (``tests/engines/test_agreement.py``)."""
 
     fast_layers: list[Layer] | None = None  # set by ``prepare``; None: prepared on the next fast call
     native: native.Blocks | None = None  # the blocks and head for native.c, or None (``native.status()``)

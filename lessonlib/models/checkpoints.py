@@ -214,10 +214,13 @@ def config_from_meta(meta: dict, name: str) -> GPTConfig:
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in config.values()):
         raise ValueError(f"checkpoint {name!r} metadata must hold a config with positive integers {sorted(fields)}, "
                          f"got {config!r}; rebuild it with: {rebuild_command(name)}")
-    if meta.get("config_sha256") != config_sha256(config):  # e.g. n_head edited: same shapes, wrong heads
+    recorded = meta.get("config_sha256")
+    if not isinstance(recorded, str):
+        raise ValueError(f"checkpoint {name!r} metadata records no config_sha256, so an edited config (n_head, "
+                         f"same shapes) would load unnoticed; rebuild it with: {rebuild_command(name)}")
+    if recorded != config_sha256(config):  # e.g. n_head edited: same shapes, the width split into other heads
         raise ValueError(f"checkpoint {name!r} metadata's config {config!r} is not the one it was saved with "
-                         f"(config_sha256 {meta.get('config_sha256')!r} does not match); "
-                         f"rebuild it with: {rebuild_command(name)}")
+                         f"(its config_sha256 does not match); rebuild it with: {rebuild_command(name)}")
     return GPTConfig(**config)
 
 

@@ -220,6 +220,10 @@ class GPT(nn.Module):
               of block indices returns those blocks' outputs concatenated (B, T, len * C), the
               fused features EAGLE-3 reads.
         """
+        if not isinstance(idx, torch.Tensor) or idx.ndim != 2:  # a 1-D row would fail as "not enough values"
+            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be a (B, T) tensor of token ids (one row per sequence: idx[None] for "
+                             f"one sequence), got {shape}")
         B, T = idx.shape
         self.check_tokens(idx, "idx")
         start = cache.length if cache is not None else 0

@@ -21,9 +21,10 @@ import torch.nn as nn
 
 from lessonlib import cli
 from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
+from lessonlib.models.checkpoints import fingerprint
 from lessonlib.models import data
-from lessonlib.models.heads import (HEAD_KINDS, OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses, medusa_losses,
-                                    target_outputs)
+from lessonlib.models.heads import (HEAD_KINDS, OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses,
+                                    medusa_losses, target_outputs)
 from lessonlib.models.loop import fit
 from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step
@@ -126,6 +127,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=1000, minutes=None, ttt_steps=1
             "name": kind + suffix,
             "kind": kind,
             "target": target_name,
+            "target_fingerprint": fingerprint(target),  # checked by load_head (checkpoints.check_beside)
             "config": dataclasses.asdict(target.config),
             "n_heads": n_heads if kind == "medusa" else None,
             "ttt_steps": {"eagle": ttt_steps, "eagle3": model.eagle3_ttt}.get(kind),
@@ -136,7 +138,7 @@ def train_heads(kinds=("eagle", "medusa"), steps=1000, minutes=None, ttt_steps=1
             **run_metadata(state, steps, batch_size, target.device, seed, before[kind]),
             "heldout_top1_agreement_by_depth": agreement[kind],
         }
-        save(head, kind + suffix, metas[kind], directory)
+        metas[kind] = save(head, kind + suffix, metas[kind], directory)
     return metas
 
 

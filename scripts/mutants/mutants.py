@@ -623,7 +623,7 @@ EQUIVALENT = {
 }
 
 NATIVE_C, NATIVE_PY, FAST = "lessonlib/engines/native.c", "lessonlib/engines/native.py", "lessonlib/engines/fast.py"
-NATIVE_TESTS = ["tests/engines/test_native.py", "tests/engines/test_fast.py", "tests/engines/test_fast_heads.py"]
+NATIVE_TESTS = ["tests/engines/test_native.py", "tests/engines/test_agreement.py", "tests/engines/test_fast_heads.py"]
 GROUP_TESTS |= {"native": NATIVE_TESTS}
 MUTANTS += [  # the native forward (issue 27): native.c is rebuilt from the mutated source (its cache key is the text)
     ("native", NATIVE_C, "    int last = mask ? end : start + t + 1;", "    int last = mask ? end : start + t;",

@@ -13,8 +13,8 @@ WORDS = {k.name for k in kinds.KINDS} | {k.label for k in kinds.KINDS} | {k.chec
 # literals that name three or more kinds without being a list of kinds: a figure's captions per feature-reading kind
 ALLOWED = {("course/diagrams.py", ("eagle", "eagle3", "mtp"))}
 # drafters that are not a kind of draft: the bases, and the draft-free proposers (they need no trained model)
-NOT_KINDS = {"Drafter", "RuleDrafter", "TreeDrafter", "NoDraft", "PromptLookupDrafter", "CombinedDrafter", "LookaheadDrafter",
-             "ChainDrafter", "BatchChainDrafter"}
+NOT_KINDS = {"Drafter", "RuleDrafter", "TreeDrafter", "NoDraft", "PromptLookupDrafter", "CombinedDrafter",
+             "LookaheadDrafter", "ChainDrafter", "BatchChainDrafter"}
 
 
 def second_lists(source: str, path: str) -> list[str]:

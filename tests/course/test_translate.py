@@ -415,3 +415,25 @@ def test_markdown_inside_the_rtl_block_still_renders():
 def test_relative_links_follow_the_notebook_one_folder_down(tmp_path, link, expected):
     english = tmp_path / "notebooks" / "00_start_here.ipynb"
     assert translate.relink(link, english, translate.persian_path(english), tmp_path) == expected
+
+
+def test_stats_does_not_call_a_truncated_catalog_complete(course, capsys):
+    """A catalog whose header says complete but whose entries were cut off (a truncated file)
+    is not complete; the same catalog, whole, is (control)."""
+    _translate(course, "00_start_here", m0="# عنوان\n\nاز `--flag` و $a + b$ استفاده کنید.",
+               m2="[تمرین ۱](../exercises/01_demo.ipynb) را ببینید.",
+               m3="واژه‌های آخر.")
+    path = course / "locale" / "fa" / "00_start_here.po"
+    po = translate.load_catalog(path)
+    po.metadata[translate.STATUS] = translate.COMPLETE
+    path.write_text(str(po), encoding="utf-8")
+    row, = translate.status(course, ["00_start_here"])
+    assert row["complete"] and row["marked_complete"]
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.index('msgctxt "m2"')], encoding="utf-8")  # cut before the last two entries
+    row, = translate.status(course, ["00_start_here"])
+    assert row["marked_complete"] and not row["complete"] and row["missing"] == ["m2", "m3"]
+    assert translate.main(["stats", "--root", str(course)]) == 0
+    line, = [x for x in capsys.readouterr().out.splitlines() if x.startswith("notebooks/00_start_here.ipynb")]
+    assert "marked complete, but not" in line
+    assert not line.endswith("  complete")

@@ -250,7 +250,9 @@ def test_a_chain_rule_runs_as_its_rule_would(prompt_len):
                                                                                    branching=(1, 1, 1, 1))}
     assert {chain_length(r) for r in rules.values()} == {4}
     assert chain_length(SampledRule((1, 1), replacement=False)) is None  # drawn another way: the rule runs
-    assert chain_length(SampledRule((2, 1))) is None and chain_length(SampledRule((True, 1))) is None
+    assert chain_length(SampledRule((2, 1))) is None
+    with pytest.raises(ValueError, match="branching"):  # a bool is no width: refused when the rule is built
+        SampledRule((True, 1))
     for name in ("self", "draft", "eagle"):
         for label, rule in rules.items():
             got = {}

@@ -9,6 +9,7 @@ from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
 from lessonlib.engines import FastGPT, accelerate
 from lessonlib.engines.packing import can_pack, pack_for_cpu
 from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, save
+from lessonlib.models.checkpoints import fingerprint
 
 CONFIG = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2, n_embd=32)
 
@@ -96,7 +97,8 @@ def test_training_lowers_the_loss(kinds, ttt):
 
 def test_checkpoint_round_trip(tmp_path):
     target, eagle, _ = models(4)
-    save(eagle, "eagle", {"kind": "eagle", "config": CONFIG.__dict__, "n_heads": None}, tmp_path)
+    save(eagle, "eagle", {"kind": "eagle", "config": CONFIG.__dict__, "n_heads": None,
+                         "target_fingerprint": fingerprint(target)}, tmp_path)
     loaded = heads.load_head("eagle", target, tmp_path)
     for a, b in zip(eagle.state_dict().values(), loaded.state_dict().values()):
         torch.testing.assert_close(a.to(STORED_DTYPE).float(), b, atol=0, rtol=0)

@@ -11,6 +11,7 @@ from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models import GPT, GPTConfig, save
+from lessonlib.models.checkpoints import fingerprint
 from lessonlib.models import heads, train_heads
 
 CONFIG = GPTConfig(vocab_size=32, block_size=64, n_layer=8, n_head=2, n_embd=16)
@@ -100,6 +101,7 @@ def test_eagle3_training_lowers_every_unrolled_step():
 
 def test_eagle3_checkpoint_round_trip(tmp_path):
     target, head = target_and_head(5)
-    save(head, "eagle3", {"kind": "eagle3", "config": CONFIG.__dict__, "n_heads": None}, tmp_path)
+    save(head, "eagle3", {"kind": "eagle3", "config": CONFIG.__dict__, "n_heads": None,
+                          "target_fingerprint": fingerprint(target.float())}, tmp_path)
     loaded = heads.load_head("eagle3", target.float(), tmp_path)
     assert isinstance(loaded, heads.Eagle3Head) and loaded.layers == head.layers

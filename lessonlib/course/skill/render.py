@@ -11,9 +11,11 @@ context they share, joins them and adds the sources and the machine-readable dec
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import pathlib
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -84,11 +86,27 @@ def build_skill(m, record_rows=(), batch=None):
     and the table of record's rows (``bench.record.load()``), for the draft-free methods. ``batch``:
     the batched benchmark's report for the concurrency section (None: ``concurrency.load()``, the
     outputs folder's or the shipped one; ``{}``: none, the section says the gate is the model's)."""
-    x = _context(m) | {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
-                       "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows),
-                       "batch": concurrency.load() if batch is None else batch}
-    parts = sections.SECTIONS + tables.SECTIONS + (concurrency.lines, _sources_and_decision)
+    x = _context(m)
+    with reading("record"):
+        x |= {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
+              "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows)}
+    x["batch"] = concurrency.load() if batch is None else batch
+    with reading("batch"):
+        batch_lines = concurrency.lines(x)
+    parts = sections.SECTIONS + tables.SECTIONS + (lambda _: batch_lines, _sources_and_decision)
     return "\n".join(line for section in parts for line in section(x)) + "\n"
+
+
+@contextlib.contextmanager
+def reading(stem: str) -> Iterator[None]:
+    """Reading a benchmark report's fields: one that is missing or of the wrong type raises
+    ValueError naming the report's file and the command that rebuilds it, not a KeyError."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, IndexError, StopIteration) as err:
+        path = record.where(stem) or f"{stem}.json"
+        raise ValueError(f"{path} lacks a field the skill file needs or holds one of the wrong type ({err!r}); "
+                         f"rebuild it with: python -m lessonlib.bench {stem}") from None
 
 
 SIGNIFICANT = 12  # digits the machine-readable block keeps of each float (see _portable)

@@ -1,0 +1,47 @@
+"""Drafting with the real LLM's EAGLE-3 head (``models.llm_heads``) in the course's decoding loops.
+
+``EagleDrafter`` already does what EAGLE-3 needs: it commits the target's fused features (its
+``feature_layers`` are the head's ``layers``), feeds each tree node the head's own g at its
+parent and calls ``head.step``. The head's draft vocabulary changes one thing only, inside
+``step``: its logits over the N draft ids are placed at their target ids (``d2t``) and every
+other target id gets -inf, so each q row (``log_probs``) is a distribution over the full target
+vocabulary that is zero outside the draft vocabulary -- what the exact rejection rule and the
+sibling rule read, unchanged. Tree nodes sit at RoPE position (last committed + depth), which
+``step`` reads off the mask the drafter passes.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lessonlib.core.validate import check_head_fits
+from lessonlib.decoding.drafters import EagleDrafter
+
+if TYPE_CHECKING:
+    from lessonlib.models.llama import Llama
+    from lessonlib.models.llm_eagle import LlamaEagleHead
+    from lessonlib.models.llm_heads import LlamaEagle3Head
+
+
+class LlamaHeadDrafter(EagleDrafter):
+    """``EagleDrafter`` for a head of the real LLM (``LlamaEagle3Head``, or ``llm_eagle.LlamaEagleHead``
+    whose ``layers`` None asks the target for its top feature) beside its ``Llama`` target."""
+
+    head: Any  # a LlamaEagle3Head or LlamaEagleHead: EagleDrafter's readers only call step and new_cache
+    target: Any  # a Llama: the round's contract is GPT's (forward, new_cache, lm_head)
+
+    def __init__(self, head: LlamaEagle3Head | LlamaEagleHead, target: Llama) -> None:
+        check_head_fits(head.config.n_embd, head.config.vocab_size, target.config.n_embd, target.config.vocab_size,
+                        "head")
+        if head.config.block_size < target.config.block_size:
+            raise ValueError(f"head's cache must hold the target's context ({target.config.block_size} positions), "
+                             f"got {head.config.block_size}")
+        self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
+        self.feature_layers = head.layers
+
+
+def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDrafter:
+    """The shipped head (``models.llm_store.load_llm_head``; refuses a head of another target)
+    as a drafter beside ``target``."""
+    from lessonlib.models.llm_store import NAME, load_llm_head
+
+    return LlamaHeadDrafter(load_llm_head(target, name or NAME), target)
