@@ -166,7 +166,35 @@ def one_block(block: Block, x: torch.Tensor, mask: torch.Tensor | None = None,
     return h
 
 
-class GPT(nn.Module):
+class LanguageModel:
+    """What the course's decoders share beyond ``forward``: the token check and the
+    ``logits(tokens)`` protocol (``core.toy``), over ``self.config.vocab_size`` and ``block_size``."""
+
+    config: Any
+
+    @property
+    def device(self) -> torch.device:
+        raise NotImplementedError  # each model's: where its weights are
+
+    def check_tokens(self, idx: torch.Tensor, name: str = "tokens") -> None:
+        """Token ids must lie in [0, vocab_size) (``core.validate.check_token_tensor``)."""
+        check_token_tensor(idx, self.config.vocab_size, name)
+
+    @torch.inference_mode()
+    def logits(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``,
+        float64 (len(tokens), V). At most ``block_size`` tokens: a longer context raises
+        (dropping the oldest tokens silently would give rows the protocol does not describe)."""
+        ids = check_token_sequence(list(tokens), self.config.vocab_size, "tokens")  # (T,) int64
+        if len(ids) > self.config.block_size:
+            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, "
+                             f"got {len(ids)}")
+        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]  # (1, T)
+        model: Any = self  # an nn.Module: calling it runs its forward
+        return model(idx)[0].float().cpu().numpy().astype(np.float64)
+
+
+class GPT(LanguageModel, nn.Module):
     """The decoder: token + position embeddings, ``n_layer`` blocks, ``ln_f``, tied LM head."""
 
     def __init__(self, config: GPTConfig):
@@ -256,22 +284,6 @@ class GPT(nn.Module):
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.wte.weight.dtype)
-
-    def check_tokens(self, idx: torch.Tensor, name: str = "tokens") -> None:
-        """Token ids must lie in [0, vocab_size) (``core.validate.check_token_tensor``)."""
-        check_token_tensor(idx, self.config.vocab_size, name)
-
-    @torch.inference_mode()
-    def logits(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``,
-        float64 (len(tokens), V). At most ``block_size`` tokens: a longer context raises
-        (dropping the oldest tokens silently would give rows the protocol does not describe)."""
-        ids = check_token_sequence(list(tokens), self.config.vocab_size, "tokens")  # (T,) int64
-        if len(ids) > self.config.block_size:
-            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, "
-                             f"got {len(ids)}")
-        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]  # (1, T)
-        return self(idx)[0].float().cpu().numpy().astype(np.float64)
 
 
 def config_dict(config: GPTConfig) -> dict[str, Any]:

@@ -21,17 +21,15 @@ D = C // H (head dimension), F = n_hidden.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.core.validate import check_int, check_positive_number, check_token_sequence, check_token_tensor
-from lessonlib.models.gpt import KVCache, prefix_mask
+from lessonlib.core.validate import check_int, check_positive_number
+from lessonlib.models.gpt import KVCache, LanguageModel, prefix_mask
 
 # EAGLE-3's reference (SafeAILab/EAGLE) fuses the *inputs* of layers {2, N//2, N-3}; the input of
 # layer i is the output of block i - 1, so as ``return_hidden`` block indices that is:
@@ -163,7 +161,7 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
-class Llama(nn.Module):
+class Llama(LanguageModel, nn.Module):
     """The decoder: token embedding, ``n_layer`` blocks, ``norm_f``, tied LM head (no position table)."""
 
     def __init__(self, config: LlamaConfig):
@@ -233,21 +231,6 @@ class Llama(nn.Module):
 
     def new_cache(self) -> LlamaKVCache:
         return LlamaKVCache(self.config, self.device, self.wte.weight.dtype)
-
-    def check_tokens(self, idx: torch.Tensor, name: str = "tokens") -> None:
-        """Token ids must lie in [0, vocab_size) (``core.validate.check_token_tensor``)."""
-        check_token_tensor(idx, self.config.vocab_size, name)
-
-    @torch.inference_mode()
-    def logits(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The course's model protocol: row i = next-token logits after ``tokens[: i + 1]``,
-        float64 (len(tokens), V); at most ``block_size`` tokens."""
-        ids = check_token_sequence(list(tokens), self.config.vocab_size, "tokens")  # (T,) int64
-        if len(ids) > self.config.block_size:
-            raise ValueError(f"tokens must fit the context of block_size={self.config.block_size} tokens, "
-                             f"got {len(ids)}")
-        idx = torch.as_tensor(ids, dtype=torch.long, device=self.device)[None]  # (1, T)
-        return self(idx)[0].float().cpu().numpy().astype(np.float64)
 
 
 def config_dict(config: LlamaConfig) -> dict[str, Any]:
