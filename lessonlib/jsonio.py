@@ -87,6 +87,12 @@ def _interrupts_held():
             os.kill(os.getpid(), sig)  # now: the handler that was in place acts on it
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _temporary(path: pathlib.Path, data: bytes) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -94,6 +100,7 @@ def _temporary(path: pathlib.Path, data: bytes) -> str:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would leave the report unreadable to others
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
