@@ -110,7 +110,7 @@ def test_render_replaces_each_block_and_refuses_notes_without_one(tmp_path):
         nbformat.write(nbformat.v4.new_notebook(), target)
     _notebook(tmp_path, [claim("z ({z}) holds", True, show=False, z=3).text])
     stale = "\n".join(f"## {n}\n{notes.BEGIN.format(name=n)}\nold typed numbers 1.23×\n{notes.END}"
-                      for n in notes.NOTEBOOKS)
+                      for n in notes.NOTEBOOKS) + "\n## Catalogue\n" + "old typed list".join(notes.CATALOGUE)
     new = notes.render(stale, tmp_path)
     assert "1.23" not in new and "- z (3) holds — holds here" in new and new.count(notes.END) == len(notes.NOTEBOOKS)
     assert notes.render(new, tmp_path) == new

@@ -153,6 +153,8 @@ def test_the_shipped_set_fits_its_budget_and_every_checkpoint_is_finished():
     for name, meta in metas.items():
         assert meta["name"] == name and (assets / f"{name}.safetensors").exists(), name
         assert "unfinished" not in meta, name
-        if meta.get("kind") in ("eagle", "eagle3", "medusa", "mtp"):
+        if meta.get("kind") in ("eagle", "eagle3", "medusa", "mtp") and not name.startswith("smollm2-"):
             assert meta["target"] == "target", name
+        elif name.startswith("smollm2-"):  # a head of the real LLM names the GGUF file it was trained beside
+            assert meta["target"]["name"] == "SmolLM2-135M-Instruct.Q4_1.gguf", name
     assert metas["draft-kl"]["teacher"] == "target"
