@@ -13,14 +13,12 @@ import time
 import numpy as np
 
 from lessonlib import cli
-
 from lessonlib.core.backend import BACKENDS, select
 from lessonlib.core.batched import simulate_rounds
-from lessonlib.core.sampling import acceptance_rate, softmax
 from lessonlib.core.chain import draft_with_alpha, exact_output_distribution
+from lessonlib.core.sampling import acceptance_rate, softmax
 from lessonlib.core.stats import chi_square, tv_distance, tv_noise_floor, tv_null_quantile
-from lessonlib.core.theory import (expected_speedup, expected_tokens_per_verify, optimal_k,
-                                   simulate_tokens_per_verify)
+from lessonlib.core.theory import expected_speedup, expected_tokens_per_verify, optimal_k, simulate_tokens_per_verify
 from lessonlib.core.tree import tree_attention_mask, tree_position_ids
 
 Z = 4.0  # |measured - expected| < 4 standard errors: false alarm 6e-5 per check

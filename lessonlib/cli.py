@@ -16,7 +16,6 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-
 _PROG: list[str] = []  # the name cli.run was given, for a parser built inside its main
 
 

@@ -36,7 +36,7 @@ def git_revision(root=paths.ROOT) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _own_id() -> str:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return f"{now:%Y%m%dT%H%M%SZ}-{git_revision()}"
 
 
@@ -54,7 +54,7 @@ def run_id() -> str:
 
 def stamp() -> dict:
     """What an artifact records about the run that wrote it: {"id", "git_revision", "written"}."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return {"id": run_id(), "git_revision": git_revision(), "written": f"{now:%Y-%m-%dT%H:%M:%SZ}"}
 
 

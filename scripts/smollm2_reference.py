@@ -40,8 +40,8 @@ STRINGS = ["Hello, world!", "def add(a, b):\n    return a + b\n", "for i in rang
 
 @torch.inference_mode()
 def main() -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sys.path.insert(0, str(ROOT))
     from lessonlib.models.gguf_load import FILENAME, file_sha256, gguf_path

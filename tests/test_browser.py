@@ -22,10 +22,10 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 import browser_rtl
 import browser_support as bs
+import pytest
+
 from lessonlib import paths
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,17 +8,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 from scipy import stats as scipy_stats
 
 from lessonlib import models
 from lessonlib.core import chain, sampling, stats, theory, tree, validate
 from lessonlib.core.batched import simulate_rounds
 from lessonlib.decoding import decode, fallback, reference
-from lessonlib.decoding.drafters import ModelDrafter
-from lessonlib.decoding.drafters import RuleDrafter
+from lessonlib.decoding.drafters import ModelDrafter, RuleDrafter
 from lessonlib.decoding.round import Sampling
 from lessonlib.decoding.tree_decode import tree_generate
-from loop_support import context_gpt
 
 RNG = np.random.default_rng(0)
 P2 = np.array([[0.5, 0.5], [0.3, 0.7]])

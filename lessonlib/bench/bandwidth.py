@@ -19,11 +19,11 @@ import time
 import numpy as np
 import torch
 
+from lessonlib import engines
 from lessonlib.bench.common import machine, markdown_table, parse, parser, prompts, write_report
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
 from lessonlib.decoding.timing import interleaved, pass_times
-from lessonlib import engines
 from lessonlib.engines import FastGPT, native
 from lessonlib.models import load
 

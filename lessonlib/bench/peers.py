@@ -35,7 +35,7 @@ import pathlib
 import tempfile
 import time
 
-from lessonlib import cli, threads
+from lessonlib import cli, engines, threads
 from lessonlib.bench import common, peer_hf, peer_limits, peer_llama
 from lessonlib.bench.peer_hf import hf_run, to_hf  # noqa: F401 (the peer test's names)
 from lessonlib.core import tree
@@ -45,7 +45,6 @@ from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib import engines
 from lessonlib.models import gguf_export, load
 
 INSTALL = "pip install -r requirements-peers.txt"

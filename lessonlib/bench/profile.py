@@ -28,14 +28,14 @@ from lessonlib import cli, threads
 from lessonlib.bench import common
 from lessonlib.bench.decode import bench_decode
 from lessonlib.core import tree
+from lessonlib.core.theory import alpha_for_speedup
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate, speculative_generate
-from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.drafters import EagleDrafter
+from lessonlib.decoding.timing import warm_seconds
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.engines import load, load_head
 from lessonlib.models import CHECKPOINTS
-from lessonlib.core.theory import alpha_for_speedup
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
 TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}

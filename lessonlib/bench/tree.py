@@ -82,10 +82,11 @@ def tree_of(kind, rule):
                                                                       temperature=temperature, rng=rng)
 
 
-def methods(quick=False, kinds=core_kinds.names()):
+def methods(quick=False, kinds=None):
     """name -> (family, run) for the drafter ``kinds`` present (``core.kinds``: each kind's
     ``sweep``). Families are compared at their best setting. On a CPU a verify pass grows with
-    the number of positions, so small trees are in the sweep too."""
+    the number of positions, so small trees are in the sweep too. ``kinds``: None for every kind."""
+    kinds = core_kinds.names() if kinds is None else kinds
     rows: dict = {}
     for name in core_kinds.REPORT_ORDER:
         k = core_kinds.kind(name)

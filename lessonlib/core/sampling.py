@@ -12,14 +12,21 @@ Probability rows live on the last axis (..., V). The input checks are ``core.val
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from lessonlib.core.backend import ArrayT, array_namespace
-from lessonlib.core.validate import (check_int, check_interval, check_probs, check_rng, check_same_shape,
-                                     check_temperature)
+from lessonlib.core.validate import (
+    check_int,
+    check_interval,
+    check_probs,
+    check_rng,
+    check_same_shape,
+    check_temperature,
+)
 
 if TYPE_CHECKING:  # for annotations only: core never imports torch at run time
     import torch

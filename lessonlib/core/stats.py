@@ -11,8 +11,14 @@ import numpy.typing as npt
 from scipy import stats as _scipy_stats
 from scipy.special import gammaln
 
-from lessonlib.core.validate import (check_int, check_interval, check_positive_number, check_probs, check_rng,
-                                    check_same_shape)
+from lessonlib.core.validate import (
+    check_int,
+    check_interval,
+    check_positive_number,
+    check_probs,
+    check_rng,
+    check_same_shape,
+)
 
 
 def tv_distance(p: npt.ArrayLike, q: npt.ArrayLike) -> float | np.ndarray:

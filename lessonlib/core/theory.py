@@ -21,8 +21,10 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from lessonlib.core.validate import (check_alpha as _alpha, check_c as _c, check_int, check_ks as _k, check_positive,
-                                     check_rng)
+from lessonlib.core.validate import check_alpha as _alpha
+from lessonlib.core.validate import check_c as _c
+from lessonlib.core.validate import check_int, check_positive, check_rng
+from lessonlib.core.validate import check_ks as _k
 
 K_MAX_SEARCH = 4096  # optimal_k searches 1..k_max: an array of k_max rows
 SIMULATE_MAX = 10**8  # random numbers simulate_tokens_per_verify draws at most (0.8 GB of float64)

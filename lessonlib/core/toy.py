@@ -22,8 +22,16 @@ import numpy as np
 import numpy.typing as npt
 
 from lessonlib.core.sampling import softmax
-from lessonlib.core.validate import (check_int, check_interval, check_positive_number, check_probs, check_rng,
-                                     check_temperature, check_token_ids, check_token_sequence)
+from lessonlib.core.validate import (
+    check_int,
+    check_interval,
+    check_positive_number,
+    check_probs,
+    check_rng,
+    check_temperature,
+    check_token_ids,
+    check_token_sequence,
+)
 
 
 class LanguageModel(Protocol):

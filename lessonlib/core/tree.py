@@ -26,8 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 from lessonlib.core.sampling import inverse_cdf
-from lessonlib.core.tree_structure import (ancestor_closure, check_parents, retrieve_paths, subtree,  # noqa: F401
-                                           tree_attention_mask, tree_depth, tree_position_ids, with_root)
+from lessonlib.core.tree_structure import (  # noqa: F401
+    ancestor_closure,
+    check_parents,
+    retrieve_paths,
+    subtree,
+    tree_attention_mask,
+    tree_depth,
+    tree_position_ids,
+    with_root,
+)
 from lessonlib.core.validate import check_int, check_interval, check_probs, check_rng, check_token_ids
 
 # expand(parents (N,), tokens (N,), nodes (M,)) -> (M, V) draft log-probabilities (see "drafting")

@@ -15,7 +15,6 @@ import numpy.typing as npt
 
 from lessonlib.core.validate import check_int
 
-
 # ----------------------------------------------------------------------------- structure
 
 def check_parents(parents: npt.ArrayLike) -> np.ndarray:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class Interval:
             raise ValueError(f"Interval needs low <= median <= high, got {self.low!r}, {self.median!r}, {self.high!r}")
 
     @classmethod
-    def of(cls, summary: Mapping[str, Any], unit: str = "") -> "Interval":
+    def of(cls, summary: Mapping[str, Any], unit: str = "") -> Interval:
         """From a ``measures.summary`` dict ({"median", "q25", "q75", ...}) or a record cell."""
         if not isinstance(summary, Mapping) or not {"median", "q25", "q75"} <= set(summary):
             raise ValueError(f"summary must be a mapping with median, q25 and q75 (measures.summary), got {summary!r}")

@@ -33,6 +33,7 @@ import re
 import sys
 
 import nbformat
+
 from lessonlib import cli, paths
 from lessonlib.course.messages import N_, say, translated
 from lessonlib.jsonio import write_atomic

@@ -75,7 +75,7 @@ def _entries(lang: str, locale: pathlib.Path) -> list[polib.POEntry]:
     return entries
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def catalogue(lang: str, locale: pathlib.Path = LOCALE) -> dict[str, str]:
     """{English template: translation} of every current entry; value words (``words``) apart."""
     if _checked(lang) == SOURCE:
@@ -127,7 +127,7 @@ def fields(template: str) -> list[str]:
 VALUE = "value"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def words(lang: str, locale: pathlib.Path = LOCALE) -> dict[str, str]:
     """{English word: translation} of every current ``msgctxt "value"`` entry of the catalogues."""
     if _checked(lang) == SOURCE:
@@ -197,7 +197,7 @@ def _compile(english: str) -> re.Pattern:
     return re.compile("".join(parts))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _patterns(lang: str) -> _Table:
     """Every translated template of ``lang``, compiled, in the three orders the matching uses."""
     templates = []

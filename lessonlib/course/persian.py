@@ -23,8 +23,8 @@ import sys
 import nbformat
 
 from lessonlib.course import exercises, messages
-from lessonlib.jsonio import write_atomic
 from lessonlib.course.catalogs import BUILD, LANG, ROOT, catalog_path, english_notebooks, load_catalog, translation
+from lessonlib.jsonio import write_atomic
 
 FOLDERS = ("notebooks", "solutions", "exercises")
 

@@ -155,7 +155,7 @@ def write_manifest(manifest: dict) -> None:
     path = paths.outputs() / MANIFEST
     old = previous_manifest()
     steps = old.get("steps", []) if old.get("id") == manifest["id"] else []
-    finished = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+    finished = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}"
     write_atomic(path, json.dumps({"id": manifest["id"], "finished": finished,
                                    "steps": steps + manifest["steps"]}, indent=1) + "\n")
 

@@ -41,16 +41,45 @@ import sys
 
 from lessonlib import cli
 from lessonlib.course import catalogs, claim_catalogue, drift, glossary, message_catalogue
-from lessonlib.jsonio import write_atomic
 
 # the catalogs and the build, re-exported (noqa: F401): notebooks, tests and scripts use translate.NAME
-from lessonlib.course.catalogs import (BUILD, COMPLETE, HEADER, LANG, ROOT, SOURCES, STATUS,  # noqa: F401
-                                       catalog_for, catalog_path, english_notebooks, extract, load_catalog,
-                                       markdown_cells, merge, new_catalog, translation)
-from lessonlib.course.persian import (FENCE, FOLDERS, INLINE, LINK, LTR_CLOSE, LTR_OPEN, NOTEBOOK,  # noqa: F401
-                                      RTL_CLOSE, RTL_OPEN, build, notebooks_out_of_date, persian_notebook,
-                                      persian_path, plan, relink, rtl_markdown)
-
+from lessonlib.course.catalogs import (  # noqa: F401
+    BUILD,
+    COMPLETE,
+    HEADER,
+    LANG,
+    ROOT,
+    SOURCES,
+    STATUS,
+    catalog_for,
+    catalog_path,
+    english_notebooks,
+    extract,
+    load_catalog,
+    markdown_cells,
+    merge,
+    new_catalog,
+    translation,
+)
+from lessonlib.course.persian import (  # noqa: F401
+    FENCE,
+    FOLDERS,
+    INLINE,
+    LINK,
+    LTR_CLOSE,
+    LTR_OPEN,
+    NOTEBOOK,
+    RTL_CLOSE,
+    RTL_OPEN,
+    build,
+    notebooks_out_of_date,
+    persian_notebook,
+    persian_path,
+    plan,
+    relink,
+    rtl_markdown,
+)
+from lessonlib.jsonio import write_atomic
 
 # --- check and stats -----------------------------------------------------------------------
 

@@ -153,9 +153,7 @@ def acceptance_summary(p, alpha: float, k: int = 4, c: float = 0.05, seed: int =
     q from ``draft_with_alpha``; overlap = min(p, q) (what accepted drafts cover); residual =
     norm(max(p − q, 0)); measured_alpha = Σ min(p, q); tokens = E(α, k) and speedup at cost c.
     """
-    from lessonlib.core import sampling
-    from lessonlib.core import chain
-    from lessonlib.core import theory
+    from lessonlib.core import chain, sampling, theory
 
     q = chain.draft_with_alpha(p, alpha, np.random.default_rng(seed))
     measured = sampling.acceptance_rate(p, q)

@@ -19,8 +19,16 @@ import torch
 
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, inverse_cdf, sample
 from lessonlib.core.validate import check_finite_logits, check_k
-from lessonlib.decoding.round import (Ids, Proposal, Sampling, check_budget, check_drafter, check_sampling_rng, feed,
-                                      run_rounds)
+from lessonlib.decoding.round import (
+    Ids,
+    Proposal,
+    Sampling,
+    check_budget,
+    check_drafter,
+    check_sampling_rng,
+    feed,
+    run_rounds,
+)
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
 

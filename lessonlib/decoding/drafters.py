@@ -9,7 +9,8 @@ drafters of later modules. Tree drafters share ``RuleDrafter``: a drafting rule 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol, cast, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch

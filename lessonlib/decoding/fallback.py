@@ -24,8 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from lessonlib.core.temperature import (acceptance_by_temperature, alpha_mle,  # noqa: F401
-                                        breakeven_temperature, tau_by_position)
+from lessonlib.core.temperature import acceptance_by_temperature, alpha_mle, breakeven_temperature, tau_by_position  # noqa: F401
 from lessonlib.core.theory import alpha_for_speedup, expected_tokens_per_verify  # re-exported: the one inverse of S
 from lessonlib.core.validate import check_c, check_int, check_k, check_round_counts
 from lessonlib.decoding.model_stream import ModelStream  # noqa: F401  (moved there; importable from here as before)

@@ -36,8 +36,7 @@ import torch
 from lessonlib.core.validate import check_int, check_temperature
 from lessonlib.decoding.drafters import RuleDrafter
 from lessonlib.decoding.prompt_lookup import trie_arrays
-from lessonlib.decoding.round import (Ids, Proposal, RoundResult, Sampling, check_budget, check_sampling_rng,
-                                      run_rounds)
+from lessonlib.decoding.round import Ids, Proposal, RoundResult, Sampling, check_budget, check_sampling_rng, run_rounds
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Timer, untimed
 

@@ -33,6 +33,7 @@ import numpy as np
 from lessonlib.core import tree
 from lessonlib.core.validate import check_int
 from lessonlib.decoding.drafters import ModelDrafter, RuleDrafter
+
 # the trie and draft_support live in lookup_trie; importable from here as before (noqa: F401)
 from lessonlib.decoding.lookup_trie import Trie, _breadth_first, _build_trie, draft_support, trie_arrays  # noqa: F401
 from lessonlib.decoding.round import Ids, Proposal

@@ -14,7 +14,7 @@ import numpy as np
 
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, sample, softmax
-from lessonlib.core.validate import check_int, check_k, SAMPLING_RNG, check_rng, check_same_vocab, check_temperature
+from lessonlib.core.validate import SAMPLING_RNG, check_int, check_k, check_rng, check_same_vocab, check_temperature
 from lessonlib.decoding.stats import DecodeStats
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 import torch
@@ -43,8 +43,14 @@ from lessonlib.core import tree
 from lessonlib.core.chain import verify_chain, verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, check_truncation, process
 from lessonlib.core.tree_sampled import verify_tree_sampled
-from lessonlib.core.validate import (SAMPLING_RNG, check_finite_logits, check_int, check_rng, check_temperature,
-                                     check_token_ids)
+from lessonlib.core.validate import (
+    SAMPLING_RNG,
+    check_finite_logits,
+    check_int,
+    check_rng,
+    check_temperature,
+    check_token_ids,
+)
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 

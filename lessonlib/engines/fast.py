@@ -79,7 +79,7 @@ class FastGPT(GPT):
     use_native = True  # False: the PyTorch fast path even where native.c builds (the "fast" engine)
 
     @classmethod
-    def from_gpt(cls, model: GPT) -> "FastGPT":
+    def from_gpt(cls, model: GPT) -> FastGPT:
         """A ``FastGPT`` holding a copy of ``model``'s weights, on its device and dtype, packed
         when ``model`` is."""
         fast = cls(model.config).to(device=model.device, dtype=model.wte.weight.dtype)
@@ -91,7 +91,7 @@ class FastGPT(GPT):
         return (pack_for_cpu(fast) if model.packed else fast).prepare()
 
     @torch.no_grad()
-    def prepare(self) -> "FastGPT":
+    def prepare(self) -> FastGPT:
         """Gather every block's weights for the fast forward, the matrices transposed once
         (a copy: 4 bytes a weight more). Inference only: the weights stop taking gradients."""
         self.requires_grad_(False)

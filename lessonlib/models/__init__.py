@@ -8,9 +8,19 @@ Importing this package applies the CPU thread policy (``lessonlib.threads``: one
 ``LESSONLIB_THREADS`` says otherwise), so every notebook and benchmark runs under it.
 """
 from lessonlib import threads as _threads
+
 # the package's API, re-exported (noqa: F401): notebooks, benchmarks and tests use these names
-from lessonlib.models.checkpoints import (CHECKPOINTS, STORED_DTYPE, default_device, load, load_state,  # noqa: F401
-                                          read_meta, round_trip, save, scaled_name)
+from lessonlib.models.checkpoints import (  # noqa: F401
+    CHECKPOINTS,
+    STORED_DTYPE,
+    default_device,
+    load,
+    load_state,
+    read_meta,
+    round_trip,
+    save,
+    scaled_name,
+)
 from lessonlib.models.gpt import GPT, Block, GPTConfig, KVCache, config_dict, prefix_mask  # noqa: F401
 
 _threads.apply()

@@ -12,8 +12,8 @@ import torch
 import torch.nn as nn
 
 from lessonlib import paths
-from lessonlib.jsonio import write_atomic
 from lessonlib.core import backend
+from lessonlib.jsonio import write_atomic
 from lessonlib.models.gpt import GPT, GPTConfig
 
 CHECKPOINTS = paths.ASSETS

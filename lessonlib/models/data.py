@@ -26,6 +26,7 @@ import pathlib
 import sysconfig
 
 import numpy as np
+
 from lessonlib import paths
 from lessonlib.jsonio import write_atomic
 
@@ -70,7 +71,7 @@ def _docstrings(source: str) -> list[str]:
     return [d for d in docs if d and len(d) >= 40]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def documents(corpus: str) -> tuple[tuple[str, str], ...]:
     """All ``(name, text)`` documents of a corpus, in a fixed order."""
     if corpus not in CORPORA:

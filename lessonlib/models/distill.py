@@ -27,10 +27,9 @@ import math
 
 import numpy as np
 
-from lessonlib.models import data
-from lessonlib.models import GPTConfig
 from lessonlib.core.sampling import acceptance_rate, softmax
 from lessonlib.core.validate import check_int
+from lessonlib.models import GPTConfig, data
 
 WINDOW = 256  # tokens of context per teacher-forced window (the shipped models' block size)
 
@@ -123,7 +122,7 @@ class NgramDraft:
         self.log_probs, self.order = np.asarray(log_probs, dtype=np.float32), order
 
     @classmethod
-    def fit(cls, tokens, order: int, vocab_size: int = data.VOCAB_SIZE, smoothing: float = 100.0) -> "NgramDraft":
+    def fit(cls, tokens, order: int, vocab_size: int = data.VOCAB_SIZE, smoothing: float = 100.0) -> NgramDraft:
         tokens = np.asarray(tokens, dtype=np.int64)
         if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
             raise ValueError(f"tokens must lie in [0, vocab_size={vocab_size})")
@@ -138,7 +137,7 @@ class NgramDraft:
         return cls(np.log(table), order)
 
     @classmethod
-    def from_corpora(cls, order: int, corpora=data.CORPORA, split: str = "train") -> "NgramDraft":
+    def from_corpora(cls, order: int, corpora=data.CORPORA, split: str = "train") -> NgramDraft:
         """Fitted on the (train) split of the given corpora; documents are concatenated."""
         return cls.fit(np.concatenate([data.token_array(c, split) for c in corpora]), order)
 

@@ -17,11 +17,10 @@ outputs (1, 14, 26) are ids (2, 15, 27), the reference's default for 30 layers).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import argparse
 import json
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch

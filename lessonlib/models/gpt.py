@@ -176,6 +176,21 @@ class LanguageModel:
     def device(self) -> torch.device:
         raise NotImplementedError  # each model's: where its weights are
 
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError  # each model's: logits (..., V) from final hidden states (..., C)
+
+    def finish(self, x: torch.Tensor, kept: list[torch.Tensor], layers: tuple[int, ...], cache: KVCache | None,
+               end: int, return_hidden: bool | tuple[int, ...]) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """How every forward ends: ``cache`` (when given) now holds ``end`` positions; the logits of the
+        last block's output ``x`` (B, T, C), with the blocks' outputs ``kept`` (fused, when ``layers``
+        names them) or ``x`` itself when ``return_hidden`` asks for features."""
+        if cache is not None:
+            cache.length = end
+        logits = self.lm_head(x)
+        if layers:
+            return logits, torch.cat(kept, -1)
+        return (logits, x) if return_hidden else logits
+
     def check_tokens(self, idx: torch.Tensor, name: str = "tokens") -> None:
         """Token ids must lie in [0, vocab_size) (``core.validate.check_token_tensor``)."""
         check_token_tensor(idx, self.config.vocab_size, name)
@@ -275,12 +290,7 @@ class GPT(LanguageModel, nn.Module):
             x = block(x, attn_mask, cache.kv[i] if cache is not None else None, start)
             if i in layers:
                 kept.append(x)
-        if cache is not None:
-            cache.length = start + T
-        logits = self.lm_head(x)
-        if layers:
-            return logits, torch.cat(kept, -1)
-        return (logits, x) if return_hidden else logits
+        return self.finish(x, kept, layers, cache, start + T, return_hidden)
 
     def new_cache(self) -> KVCache:
         return KVCache(self.config, self.device, self.wte.weight.dtype)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from lessonlib.core.validate import check_int, check_positive_number
 from lessonlib.models.gpt import KVCache, LanguageModel, prefix_mask
 
+
 # EAGLE-3's reference (SafeAILab/EAGLE) fuses the *inputs* of layers {2, N//2, N-3}; the input of
 # layer i is the output of block i - 1, so as ``return_hidden`` block indices that is:
 def eagle3_reference_layers(n_layer: int) -> tuple[int, int, int]:
@@ -222,12 +223,7 @@ class Llama(LanguageModel, nn.Module):
             x = block(x, rope, attn_mask, cache.kv[i] if cache is not None else None, start)
             if i in layers:
                 kept.append(x)
-        if cache is not None:
-            cache.length = start + T
-        logits = self.lm_head(x)
-        if layers:
-            return logits, torch.cat(kept, -1)
-        return (logits, x) if return_hidden else logits
+        return self.finish(x, kept, layers, cache, start + T, return_hidden)
 
     def new_cache(self) -> LlamaKVCache:
         return LlamaKVCache(self.config, self.device, self.wte.weight.dtype)

@@ -23,13 +23,12 @@ Resumable: ``progress.json`` counts the windows done; a rerun continues (same se
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import argparse
 import datetime as dt
 import json
 import pathlib
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -187,7 +186,7 @@ def extract(path: pathlib.Path, limit: int | None = None, deadline: float | None
 def until(text: str) -> float:
     """Epoch seconds of today's HH:MM UTC."""
     hh, mm = (int(x) for x in text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
 
 

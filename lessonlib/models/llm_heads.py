@@ -34,8 +34,16 @@ import torch.nn.functional as F
 
 from lessonlib.models.gpt import prefix_mask
 from lessonlib.models.heads import _ttt_mask
-from lessonlib.models.llama import (Block, Llama, LlamaConfig, LlamaKVCache, RMSNorm, eagle3_reference_layers,
-                                    rope_tables, rotate)
+from lessonlib.models.llama import (
+    Block,
+    Llama,
+    LlamaConfig,
+    LlamaKVCache,
+    RMSNorm,
+    eagle3_reference_layers,
+    rope_tables,
+    rotate,
+)
 
 TTT_STEPS = 7  # the reference's training-time test unrolls 7 steps
 STEP_WEIGHT = 0.8  # the reference weights unroll step j's loss by 0.8 ** j

@@ -18,16 +18,38 @@ import signal
 import torch
 
 from lessonlib import cli
-from lessonlib.models import data
+from lessonlib.models import (
+    CHECKPOINTS,
+    GPT,
+    GPTConfig,
+    config_dict,
+    data,
+    default_device,
+    load,
+    load_state,
+    read_meta,
+    round_trip,
+    save,
+    scaled_name,
+)
+from lessonlib.models.checkpoints import fingerprint
+
 # The loop and the run records live in ``loop`` and ``provenance``; their names are re-exported
 # here (noqa: F401), as notebooks, checks and benchmarks use them as ``train.fit`` and so on.
-from lessonlib.models.loop import (PAUSED, STOP, Batches, _pause, _resume, bits_per_byte,  # noqa: F401
-                                   distillation_loss, fit, lr_at, train_step)
+from lessonlib.models.loop import (  # noqa: F401
+    PAUSED,
+    STOP,
+    Batches,
+    _pause,
+    _resume,
+    bits_per_byte,
+    distillation_loss,
+    fit,
+    lr_at,
+    train_step,
+)
 from lessonlib.models.provenance import git_revision, record_run, run_metadata, where  # noqa: F401
 from lessonlib.models.steps import autocast, optimizer_step  # noqa: F401 (re-exported for train_heads, notebooks)
-from lessonlib.models import (CHECKPOINTS, GPT, GPTConfig, config_dict, default_device, load, load_state, read_meta,
-                              round_trip, save, scaled_name)
-from lessonlib.models.checkpoints import fingerprint
 
 # The target is deep and narrow, so that on a CPU -- where a step costs per layer --
 # a one-layer draft or head costs a few percent of a step, as a 1-layer head does beside a

@@ -20,11 +20,18 @@ import torch
 import torch.nn as nn
 
 from lessonlib import cli
-from lessonlib.models import CHECKPOINTS, GPTConfig, load, load_state, read_meta, save
+from lessonlib.models import CHECKPOINTS, GPTConfig, data, load, load_state, read_meta, save
 from lessonlib.models.checkpoints import fingerprint
-from lessonlib.models import data
-from lessonlib.models.heads import (HEAD_KINDS, OBJECTIVES, build, check_objective, eagle3_losses, eagle_losses,
-                                    medusa_losses, target_outputs)
+from lessonlib.models.heads import (
+    HEAD_KINDS,
+    OBJECTIVES,
+    build,
+    check_objective,
+    eagle3_losses,
+    eagle_losses,
+    medusa_losses,
+    target_outputs,
+)
 from lessonlib.models.loop import fit
 from lessonlib.models.provenance import run_metadata
 from lessonlib.models.steps import autocast, optimizer_step

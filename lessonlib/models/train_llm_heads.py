@@ -17,14 +17,13 @@ annealed; a resumed run starts a new schedule (recorded in ``runs``).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import argparse
 import io
 import json
 import math
 import pathlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,10 +35,17 @@ from lessonlib.jsonio import write_atomic
 from lessonlib.models import llm_features
 from lessonlib.models.checkpoints import CHECKPOINTS
 from lessonlib.models.llama import Llama
-from lessonlib.models.llm_features import FeatureStore, until
 from lessonlib.models.llm_eagle import LlamaEagleHead, eagle_losses
-from lessonlib.models.llm_heads import (DRAFT_VOCAB, STEP_WEIGHT, TTT_STEPS, LlamaEagle3Head, draft_vocabulary,
-                                        losses, weighted)
+from lessonlib.models.llm_features import FeatureStore, until
+from lessonlib.models.llm_heads import (
+    DRAFT_VOCAB,
+    STEP_WEIGHT,
+    TTT_STEPS,
+    LlamaEagle3Head,
+    draft_vocabulary,
+    losses,
+    weighted,
+)
 from lessonlib.models.llm_store import NAMES, save_head
 from lessonlib.models.provenance import where
 

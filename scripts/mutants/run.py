@@ -78,7 +78,7 @@ def check(mutants) -> list[str]:
     """The mutants whose original snippet no longer occurs exactly once, or whose mutated file no
     longer compiles (stale after an edit: a snippet can still match inside a re-indented line)."""
     stale = []
-    for group, path, original, mutated, why in mutants:
+    for _group, path, original, mutated, why in mutants:
         source = (ROOT / path).read_text()
         count = source.count(original)
         if count != 1:

@@ -8,8 +8,7 @@ import torch
 from lessonlib.bench import kinds, record, tree
 from lessonlib.decoding import measures
 from lessonlib.decoding.stats import DecodeStats
-from lessonlib.models import GPT, GPTConfig
-from lessonlib.models import train_heads
+from lessonlib.models import GPT, GPTConfig, train_heads
 
 TINY = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=16)
 

@@ -5,11 +5,11 @@ them, requirements-peers.txt)."""
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 
 from lessonlib import engines, models
-from lessonlib.models import data
 from lessonlib.decoding import decode
-from loop_support import context_gpt
+from lessonlib.models import data
 
 
 @torch.inference_mode()

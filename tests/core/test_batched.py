@@ -6,8 +6,8 @@ import torch
 
 from lessonlib import chi_square, draft_with_alpha, exact_output_distribution, softmax
 from lessonlib.core.batched import sample_rounds, simulate_rounds, verify_rounds
-from lessonlib.core.sampling import inverse_cdf
 from lessonlib.core.chain import exact_round_distribution
+from lessonlib.core.sampling import inverse_cdf
 
 LEVEL = 1e-3
 

@@ -10,11 +10,19 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from lessonlib import (acceptance_rate, chi_square, draft_with_alpha, exact_output_distribution, simulate_rounds,
-                       softmax, verify_chain, verify_greedy)
+from lessonlib import (
+    acceptance_rate,
+    chi_square,
+    draft_with_alpha,
+    exact_output_distribution,
+    simulate_rounds,
+    softmax,
+    verify_chain,
+    verify_greedy,
+)
 from lessonlib.core.batched import verify_rounds
-from lessonlib.core.sampling import inverse_cdf
 from lessonlib.core.chain import exact_round_distribution
+from lessonlib.core.sampling import inverse_cdf
 from lessonlib.course.checks import wrong
 
 LEVEL = 1e-3  # false-alarm rate of every chi-square test below

@@ -2,8 +2,14 @@
 import numpy as np
 import pytest
 
-from lessonlib import (breakeven_alpha, expected_speedup, expected_tokens_per_verify, optimal_k,
-                       simulate_tokens_per_verify, wall_time_per_token)
+from lessonlib import (
+    breakeven_alpha,
+    expected_speedup,
+    expected_tokens_per_verify,
+    optimal_k,
+    simulate_tokens_per_verify,
+    wall_time_per_token,
+)
 
 # Leviathan, Kalai, Matias 2023, Table 1 (c = 0): (alpha, gamma = K, improvement)
 LEVIATHAN_TABLE_1 = [(0.6, 2, 1.96), (0.7, 3, 2.53), (0.8, 2, 2.44), (0.8, 5, 3.69), (0.9, 2, 2.71), (0.9, 10, 6.86)]

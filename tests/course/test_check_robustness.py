@@ -20,10 +20,11 @@ def tiny_limits(monkeypatch):
     monkeypatch.setattr(framework.LIMITS, "per_check_s", 0.6)
 
 
-def passes(part, fn, capsys):
+def passes(part, fn, capsys) -> str:
     assert checks.EXERCISES[part](fn) is fn
     out = capsys.readouterr().out
     assert out.startswith(f"✓ exercise {part}:"), out
+    return out
 
 
 def fails(part, fn, *pieces):

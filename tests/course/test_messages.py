@@ -33,7 +33,7 @@ CODE = [re.compile(r"`[^`\n]*`"),  # backticked code
         re.compile(r"\b(?:nan|inf)\b")]  # array values
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _values_after(template: str) -> re.Pattern:
     """The text a Persian template shows after its last literal: a value (the student's own error)."""
     persian = messages._(template, "fa")

@@ -104,7 +104,7 @@ def test_the_generated_block_quotes_the_stored_claims_and_counts_failures(tmp_pa
 
 
 def test_render_replaces_each_block_and_refuses_notes_without_one(tmp_path):
-    for name, rel in notes.NOTEBOOKS.items():
+    for _name, rel in notes.NOTEBOOKS.items():
         target = tmp_path / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nbformat.v4.new_notebook(), target)
@@ -144,9 +144,9 @@ def test_the_committed_skill_file_was_rendered_from_the_committed_measurements()
 
 def test_the_committed_skill_file_is_what_its_measurements_render(tmp_path):
     """One renderer: the skill file in the repository is skill.write_skill(temperature.json, the record)."""
-    from lessonlib.course import skill
-
     from float_text import differences
+
+    from lessonlib.course import skill
 
     written = skill.write_skill(ROOT / "outputs" / "benchmarks" / "temperature.json", tmp_path / "skill.md")
     # as text with numbers parsed (float_text: another CPU's floats differ in their last bits)

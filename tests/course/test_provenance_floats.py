@@ -8,8 +8,8 @@ import copy
 import json
 
 import pytest
-
 from float_text import differences, perturbed
+
 from lessonlib import paths
 from lessonlib.bench import record
 from lessonlib.course import skill

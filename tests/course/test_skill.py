@@ -7,15 +7,15 @@ import re
 
 import numpy as np
 import pytest
+from float_text import differences
 
 from lessonlib import paths
-from lessonlib.core import theory
 from lessonlib.bench import record
+from lessonlib.core import theory
 from lessonlib.course import skill
 from lessonlib.course.skill import draft_free
 from lessonlib.course.skill.__main__ import main
 from lessonlib.decoding import fallback
-from float_text import differences
 
 ALPHAS = (0.05, 0.2, 0.4, 0.6, 0.75, 0.9, 0.97)
 COSTS = (0.0, 0.02, 0.1, 0.25, 0.6)

@@ -109,8 +109,8 @@ def test_tree_explorer_shows_the_chosen_measurement():
 def test_live_view_changes_widgets_only_after_the_figure_is_rasterised(monkeypatch):
     """The text must never show a new value over the old figure: the PNG is made before any widget
     changes, the image goes out before the text, and a render without a figure hides the image."""
-    from matplotlib.figure import Figure
     import ipywidgets as w
+    from matplotlib.figure import Figure
 
     events = []
     real_png = widgets.figure_png

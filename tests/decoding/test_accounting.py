@@ -5,13 +5,13 @@ import functools
 
 import numpy as np
 import pytest
+from loop_support import context_gpt
 
 from lessonlib.decoding import measures, timing
 from lessonlib.decoding.lookahead import LookaheadDrafter, lookahead_generate
 from lessonlib.decoding.prompt_lookup import PromptLookupDrafter, draft_support
 from lessonlib.decoding.round import RoundResult
 from lessonlib.decoding.stats import DecodeStats
-from loop_support import context_gpt
 
 
 # ---------------------------------------------------------------------------- statistics

@@ -14,12 +14,12 @@
 import numpy as np
 import pytest
 import torch
-
-from lessonlib.decoding import batch, decode
-from lessonlib import engines
-from lessonlib.models import load
-from lessonlib.engines.batched import BatchCache, batched_forward
 from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
+
+from lessonlib import engines
+from lessonlib.decoding import batch, decode
+from lessonlib.engines.batched import BatchCache, batched_forward
+from lessonlib.models import load
 
 PROMPTS = [[5, 17, 3, 42, 8], [9], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [60, 61], [33, 7, 7, 2, 90, 14, 1]]
 

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
 
+from lessonlib import engines, models
 from lessonlib.decoding import decode
 from lessonlib.decoding import round as round_
-from lessonlib import engines, models
-from lessonlib.models import GPT, GPTConfig
 from lessonlib.decoding.reference import speculative_decode
-from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
+from lessonlib.models import GPT, GPTConfig
 
 
 def tiny(seed, vocab=97, n_layer=2, scale=1.0):
@@ -56,7 +56,7 @@ def test_self_draft_accepts_everything():
 def test_shipped_drafts_are_lossless_at_t0(name, engine):
     # "auto": the target as the benchmarks run it (the fastest engine here)
     target, draft = engines.load("target", "cpu", engine=engine), models.load(name, "cpu")
-    from lessonlib.models.data import to_tokens, text
+    from lessonlib.models.data import text, to_tokens
 
     prompt = to_tokens(text("code", "heldout")[:400])[:48]
     plain, _ = decode.generate(target, prompt, 48)

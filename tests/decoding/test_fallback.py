@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.decoding import decode, fallback
 from lessonlib.core import theory
+from lessonlib.decoding import decode, fallback
 from lessonlib.models import GPT, GPTConfig
 
 K, C = 4, 0.1

@@ -8,10 +8,10 @@ at r = 1, S < 1 below alpha = 0.618 (off) and S >= 1.1 from alpha = 0.704 (on)."
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt, noisy_copy
 
 from lessonlib.decoding import fallback
 from lessonlib.decoding.fallback import FallbackPolicy
-from loop_support import context_gpt, noisy_copy
 
 ALPHA_OFF, ALPHA_ON = (5 ** 0.5 - 1) / 2, (-1 + 5.8 ** 0.5) / 2  # 1 + a + a^2 = 2 and = 2.2
 

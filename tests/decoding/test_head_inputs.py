@@ -9,6 +9,7 @@ import functools
 import pytest
 import torch
 import torch.nn.functional as F
+from loop_support import context_gpt
 
 from lessonlib.core import tree
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
@@ -16,7 +17,6 @@ from lessonlib.decoding.mtp_draft import MTPDrafter
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models.heads import Eagle3Head, EagleHead, MedusaHeads
 from lessonlib.models.mtp import MTPModules
-from loop_support import context_gpt
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 

@@ -15,17 +15,17 @@ import time
 import numpy as np
 import pytest
 import torch
+from loop_support import Cycle, context_gpt, noisy_copy
 
 from lessonlib import models
 from lessonlib.core import tree
 from lessonlib.decoding import decode, fallback, measures
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafter
+from lessonlib.decoding.mtp_draft import MTPDrafter
 from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models import data
-from lessonlib.decoding.mtp_draft import MTPDrafter
 from lessonlib.models.heads import EagleHead, MedusaHeads, load_head
 from lessonlib.models.mtp import load_mtp
-from loop_support import Cycle, context_gpt, noisy_copy
 
 RULES = {
     "topk": functools.partial(tree.draft_topk, branching=(3, 2, 2)),

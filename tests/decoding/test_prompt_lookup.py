@@ -6,17 +6,22 @@ import functools
 import numpy as np
 import pytest
 import torch
+from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
 
 from lessonlib import engines, models
-from lessonlib.models import data
 from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.lookahead import NgramPool, Window, lookahead_generate, lookahead_tree
-from lessonlib.decoding.prompt_lookup import (CombinedDrafter, PromptLookupDrafter, draft_support, lookup_generate,
-                                               trie_arrays)
+from lessonlib.decoding.prompt_lookup import (
+    CombinedDrafter,
+    PromptLookupDrafter,
+    draft_support,
+    lookup_generate,
+    trie_arrays,
+)
 from lessonlib.decoding.tree_decode import tree_generate
-from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
+from lessonlib.models import data
 
 
 def lookup_rule(k):

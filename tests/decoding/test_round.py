@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt, noisy_copy
 
 from lessonlib.core import tree
 from lessonlib.core.sampling import softmax
@@ -20,7 +21,6 @@ from lessonlib.decoding.decode import ChainDrafter
 from lessonlib.decoding.drafters import ModelDrafter, NoDraft
 from lessonlib.decoding.round import Proposal, RoundResult, Sampling
 from lessonlib.decoding.stats import DecodeStats
-from loop_support import context_gpt, noisy_copy
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -51,10 +51,10 @@ def _sampled_calls(target, draft, rng):
 
 def test_every_sampling_loop_needs_an_explicit_generator(pair):
     """No seeded default: two calls without a generator would get identical 'independent' samples."""
-    for name, call in _sampled_calls(*pair, rng=None).items():
+    for _name, call in _sampled_calls(*pair, rng=None).items():
         with pytest.raises(ValueError, match="rng .*explicit numpy.random.Generator"):
             call()
-    for name, call in _sampled_calls(*pair, rng=np.random.default_rng(0)).items():
+    for _name, call in _sampled_calls(*pair, rng=np.random.default_rng(0)).items():
         call()  # the same calls with a generator run
 
 
@@ -317,9 +317,9 @@ def test_rounds_shrink_their_draft_to_the_context_left():
 def test_non_finite_weights_and_a_head_for_another_width_are_refused():
     """A NaN in the weights would decode token 0 forever (argmax of NaN): every loop refuses it at
     the first forward; a head built for another width is refused by its drafter, naming both."""
+    from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
     from lessonlib.models.gpt import GPTConfig
     from lessonlib.models.heads import EagleHead, MedusaHeads
-    from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
 
     target = context_gpt(0, block_size=40)
     broken = noisy_copy(target, 1)

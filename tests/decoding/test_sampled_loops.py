@@ -18,6 +18,7 @@ import functools
 
 import numpy as np
 import pytest
+from loop_support import LEVEL, Cycle, context_p_value, markov_gpt
 
 from lessonlib.core import toy, tree
 from lessonlib.core.sampling import softmax
@@ -25,7 +26,6 @@ from lessonlib.decoding import decode, fallback, reference
 from lessonlib.decoding import round as round_
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from loop_support import LEVEL, Cycle, context_p_value, markov_gpt
 
 TEMPERATURES = [0.5, 1.7]
 PROMPTS = [[1], [4]]

@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 import pytest
+from loop_support import LEVEL, context_p_value, markov_gpt
 
 from lessonlib.core import tree
 from lessonlib.core import tree_sampled as ts
@@ -22,7 +23,6 @@ from lessonlib.decoding import round as round_
 from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.round import Sampling
 from lessonlib.decoding.tree_decode import tree_generate
-from loop_support import LEVEL, context_p_value, markov_gpt
 
 SETTINGS = {  # one truncation per temperature, so each processor is exercised at a T other than 1
     0.7: Sampling(0.7, top_k=3),
@@ -123,8 +123,9 @@ def test_sampling_refuses_bad_truncation():
 def test_the_fallback_stream_samples_the_processed_law():
     """The stream (plain steps and rounds interleaved) with a Sampling's truncation; control: the
     same tokens judged against the untruncated law."""
-    from lessonlib.decoding import fallback
     from loop_support import Cycle
+
+    from lessonlib.decoding import fallback
 
     sampling, rng, runs = SETTINGS[0.7], np.random.default_rng(4), []
     for p in PROMPTS:

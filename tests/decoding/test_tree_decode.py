@@ -5,15 +5,15 @@ import functools
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 
-from lessonlib.decoding import decode
 from lessonlib.core import tree
 from lessonlib.core.stats import chi_square
+from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter, ModelDrafter
 from lessonlib.decoding.tree_decode import tree_generate, verify_tree_forward
-from lessonlib.models.heads import EagleHead, MedusaHeads
 from lessonlib.models import GPT, GPTConfig
-from loop_support import context_gpt
+from lessonlib.models.heads import EagleHead, MedusaHeads
 
 CONFIG = GPTConfig(vocab_size=64, block_size=96, n_layer=2, n_head=2, n_embd=32)
 

@@ -9,6 +9,7 @@ import functools
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 
 from lessonlib import engines, models
 from lessonlib.core import tree
@@ -18,7 +19,6 @@ from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.engines import FastGPT, native
 from lessonlib.models import GPT
 from lessonlib.models.data import heldout_prompts
-from loop_support import context_gpt
 from tests.models.test_gpt_kv_cache import assert_cache_is_prefill, updates_then_compare
 
 ATOL = {torch.float32: 1e-4, torch.float64: 1e-9}  # the two paths differ by summation order only

@@ -7,16 +7,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 
 from lessonlib import engines
 from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter
-from lessonlib.engines import FastGPT, build, heads, native
+from lessonlib.engines import FastGPT, build, heads, load_head, native
 from lessonlib.engines.fast import head_block
 from lessonlib.models.gpt import one_block
-from lessonlib.engines import load_head
-from loop_support import context_gpt
 
 ATOL = 1e-4
 

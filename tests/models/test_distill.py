@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from lessonlib.core import toy
-from lessonlib.models import data, distill, train
-from lessonlib.models import GPT, GPTConfig
+from lessonlib.models import GPT, GPTConfig, data, distill, train
 
 V = 7
 

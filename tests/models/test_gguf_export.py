@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt
 
 from lessonlib import engines, models
 from lessonlib.decoding import decode
 from lessonlib.models import data
-from loop_support import context_gpt
 
 gguf = pytest.importorskip("gguf", reason="the GGUF export's optional install (requirements-peers.txt)")
 from lessonlib.models import gguf_export  # noqa: E402  (after the skip: it names gguf in its errors)

@@ -4,7 +4,6 @@ import copy
 import json
 
 import numpy as np
-
 import pytest
 import torch
 

@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import pytest
 import torch
+from loop_support import context_gpt, noisy_copy
 
 from lessonlib.core import tree
 from lessonlib.decoding import decode
@@ -14,7 +15,6 @@ from lessonlib.decoding.drafters import ModelDrafter
 from lessonlib.decoding.round import Sampling, speculative_round
 from lessonlib.decoding.tree_decode import tree_generate, verify_tree_forward
 from lessonlib.models import KVCache
-from loop_support import context_gpt, noisy_copy
 
 ATOL = {torch.float32: 1e-4, torch.float64: 1e-9}  # cached and full forwards differ by summation order only
 

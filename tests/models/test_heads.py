@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.models import heads, train_heads
 from lessonlib.decoding.drafters import EagleDrafter, MedusaDrafter
 from lessonlib.engines import FastGPT, accelerate
 from lessonlib.engines.packing import can_pack, pack_for_cpu
-from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, save
+from lessonlib.models import GPT, STORED_DTYPE, GPTConfig, heads, save, train_heads
 from lessonlib.models.checkpoints import fingerprint
 
 CONFIG = GPTConfig(vocab_size=64, block_size=48, n_layer=2, n_head=2, n_embd=32)

@@ -10,9 +10,8 @@ from lessonlib.core import tree
 from lessonlib.decoding import decode
 from lessonlib.decoding.drafters import EagleDrafter
 from lessonlib.decoding.tree_decode import tree_generate
-from lessonlib.models import GPT, GPTConfig, save
+from lessonlib.models import GPT, GPTConfig, heads, save, train_heads
 from lessonlib.models.checkpoints import fingerprint
-from lessonlib.models import heads, train_heads
 
 CONFIG = GPTConfig(vocab_size=32, block_size=64, n_layer=8, n_head=2, n_embd=16)
 

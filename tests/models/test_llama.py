@@ -10,8 +10,8 @@ thread count changes the summation order, ~1e-5). Cached/tree forwards against f
 The model is loaded once per module (a second from the cache) and sequences stay short.
 """
 import json
-import re
 import pathlib
+import re
 import shutil
 
 import numpy as np

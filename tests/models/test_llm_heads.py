@@ -238,6 +238,7 @@ def test_heldout_alpha_on_a_feature_store(tiny, tmp_path):
     """The trainer's alpha reads the store's held-out windows (float16 memmaps) and gives by depth
     the share of positions where the head's argmax, mapped through d2t, is the target's argmax."""
     import json
+
     from lessonlib.models.llm_features import FeatureStore
     from lessonlib.models.train_llm_heads import heldout_alpha
     target, head = tiny
@@ -266,7 +267,8 @@ def test_eagle_top_feature_head_chain_equals_unroll(tiny):
     """EAGLE (top feature, full LM head): the cached draft chain computes what its training unroll
     computes (a node at depth d of pair s - d), its rows cover the whole vocabulary, and training
     lowers its loss."""
-    from lessonlib.models.llm_eagle import LlamaEagleHead, eagle_losses, unroll as eagle_unroll
+    from lessonlib.models.llm_eagle import LlamaEagleHead, eagle_losses
+    from lessonlib.models.llm_eagle import unroll as eagle_unroll
     target, _ = tiny
     torch.manual_seed(2)
     head = LlamaEagleHead(TINY)

@@ -8,8 +8,17 @@ import torch
 import torch.nn.functional as F
 
 from lessonlib.models import GPT, GPTConfig
-from lessonlib.models.heads import (REG_WEIGHT, Eagle3Head, EagleHead, MedusaHeads, eagle3_losses, eagle_losses,
-                                    head_loss, medusa_losses, tempered_fkl)
+from lessonlib.models.heads import (
+    REG_WEIGHT,
+    Eagle3Head,
+    EagleHead,
+    MedusaHeads,
+    eagle3_losses,
+    eagle_losses,
+    head_loss,
+    medusa_losses,
+    tempered_fkl,
+)
 from lessonlib.models.mtp import LAMBDA_EARLY, LAMBDA_LATE, TargetWithMTP, mtp_losses, mtp_train_step
 from lessonlib.models.steps import autocast
 from lessonlib.models.train_heads import Trainee, _step

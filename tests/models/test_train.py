@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.models import train
 from lessonlib import models
-from lessonlib.models import GPT
+from lessonlib.models import GPT, train
 
 
 def test_training_lowers_the_loss():

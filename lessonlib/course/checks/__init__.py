@@ -23,20 +23,36 @@ allows), ``ex1`` … ``ex5`` (one module per notebook; 1d in ``ex1_detect``), ``
 catalogue of wrong implementations, shared with ``tests/course/test_checks.py``).
 """
 from lessonlib.course.checks import wrong
+
 # the exercise_* checks are in __all__ through EXERCISES, which ruff cannot see: hence the noqa
-from lessonlib.course.checks.ex1 import (CHAIN_LEVEL, CHAIN_P, CHAIN_Q, CHAIN_ROUNDS, chain_length_probs,
-                                         chain_statistics)
-from lessonlib.course.checks.ex1 import exercise_1a, exercise_1b, exercise_1c  # noqa: F401
+from lessonlib.course.checks.ex1 import (  # noqa: F401
+    CHAIN_LEVEL,
+    CHAIN_P,
+    CHAIN_Q,
+    CHAIN_ROUNDS,
+    chain_length_probs,
+    chain_statistics,
+    exercise_1a,
+    exercise_1b,
+    exercise_1c,
+)
 from lessonlib.course.checks.ex1_detect import exercise_1d  # noqa: F401
-from lessonlib.course.checks.ex2 import LEVIATHAN_TABLE_1
-from lessonlib.course.checks.ex2 import exercise_2a, exercise_2b, exercise_2c, exercise_2d  # noqa: F401
-from lessonlib.course.checks.ex3 import theory_best_loss
-from lessonlib.course.checks.ex3 import exercise_3a, exercise_3b, exercise_3c, exercise_3d  # noqa: F401
-from lessonlib.course.checks.ex4 import markov_expand
-from lessonlib.course.checks.ex4 import exercise_4a, exercise_4b, exercise_4c, exercise_4d  # noqa: F401
+from lessonlib.course.checks.ex2 import LEVIATHAN_TABLE_1, exercise_2a, exercise_2b, exercise_2c, exercise_2d  # noqa: F401
+from lessonlib.course.checks.ex3 import exercise_3a, exercise_3b, exercise_3c, exercise_3d, theory_best_loss  # noqa: F401
+from lessonlib.course.checks.ex4 import exercise_4a, exercise_4b, exercise_4c, exercise_4d, markov_expand  # noqa: F401
 from lessonlib.course.checks.ex5 import exercise_5a, exercise_5b, exercise_5c  # noqa: F401
-from lessonlib.course.checks.framework import (CheckFailed, Wrong, call, chi_square_gate, expect_close, expect_equal,
-                                               fail, rejects, run_check, with_controls)
+from lessonlib.course.checks.framework import (
+    CheckFailed,
+    Wrong,
+    call,
+    chi_square_gate,
+    expect_close,
+    expect_equal,
+    fail,
+    rejects,
+    run_check,
+    with_controls,
+)
 from lessonlib.course.checks.wrong import verify_chain_always_accept, verify_chain_scalar_q
 
 NEGATIVE_CONTROLS = wrong.controls("1b")  # {"scalar-q residual": ..., "always accept": ...}

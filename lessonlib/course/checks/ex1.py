@@ -7,8 +7,17 @@ import numpy as np
 from lessonlib.core import chain, sampling
 from lessonlib.course.checks import numeric, wrong
 from lessonlib.course.checks.cases import emitted_tokens, random_rows, seeded
-from lessonlib.course.checks.framework import (call, chi_square_gate, expect_close, expect_equal, fail, numbers,
-                                               rejects, run_check, with_controls)
+from lessonlib.course.checks.framework import (
+    call,
+    chi_square_gate,
+    expect_close,
+    expect_equal,
+    fail,
+    numbers,
+    rejects,
+    run_check,
+    with_controls,
+)
 from lessonlib.course.messages import N_, _, say, translated
 
 # ----------------------------------------------------------------------------- 1a residual

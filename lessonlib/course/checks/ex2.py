@@ -5,8 +5,15 @@ import numpy as np
 
 from lessonlib.core import theory
 from lessonlib.course.checks import numeric
-from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, low_precision,
-                                               run_check)
+from lessonlib.course.checks.framework import (
+    as_number,
+    call,
+    expect_close,
+    expect_equal,
+    fail,
+    low_precision,
+    run_check,
+)
 from lessonlib.course.messages import N_, _, say, translated
 
 # both ends of α's range [0, 1] and just inside them (α = 1 exactly: K + 1 tokens, no 0/0; 0.995 and 0.999

@@ -10,10 +10,17 @@ import numpy as np
 
 from lessonlib.core import sampling, toy
 from lessonlib.course.checks import numeric, wrong
-from lessonlib.course.checks.framework import (as_number, call, expect_close, expect_equal, fail, numbers, run_check,
-                                               with_controls)
+from lessonlib.course.checks.framework import (
+    as_number,
+    call,
+    expect_close,
+    expect_equal,
+    fail,
+    numbers,
+    run_check,
+    with_controls,
+)
 from lessonlib.course.messages import N_, _, say, translated
-
 
 # ----------------------------------------------------------------------------- 3a the loss
 

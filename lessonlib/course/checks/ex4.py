@@ -8,8 +8,15 @@ import numpy as np
 from lessonlib.core import tree
 from lessonlib.course.checks import wrong
 from lessonlib.course.checks.cases import seeded
-from lessonlib.course.checks.framework import (call, chi_square_gate, expect_equal, fail, numbers, run_check,
-                                               with_controls)
+from lessonlib.course.checks.framework import (
+    call,
+    chi_square_gate,
+    expect_equal,
+    fail,
+    numbers,
+    run_check,
+    with_controls,
+)
 from lessonlib.course.messages import N_, _, say, translated
 
 

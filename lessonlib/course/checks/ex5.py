@@ -8,9 +8,18 @@ import numpy as np
 
 from lessonlib.core import theory
 from lessonlib.course.checks import numeric, wrong
-from lessonlib.course.checks.framework import (CheckFailed, as_number, call, expect_close, expect_equal, fail,
-                                               quoted, run_check, with_controls)
-from lessonlib.course.checks.ex5_hints import _history, _diagnose
+from lessonlib.course.checks.ex5_hints import _diagnose, _history
+from lessonlib.course.checks.framework import (
+    CheckFailed,
+    as_number,
+    call,
+    expect_close,
+    expect_equal,
+    fail,
+    quoted,
+    run_check,
+    with_controls,
+)
 from lessonlib.course.messages import N_, _, say, translated
 
 # ----------------------------------------------------------------------------- 5a the break-even temperature

@@ -15,12 +15,24 @@ Paths are resolved when used, through ``lessonlib.paths`` (``LESSONLIB_OUTPUTS``
 and ``skill_path()``.
 """
 from lessonlib import paths
-from lessonlib.course.skill.recommend import (CONCURRENCIES, OFF_BELOW, alpha_from_tau, breakeven_alpha_best_k,
-                                              recommend, speedup_grid, temperature_gate, verify_cost,
-                                              worked_examples)
+from lessonlib.course.skill.recommend import (
+    CONCURRENCIES,
+    OFF_BELOW,
+    alpha_from_tau,
+    breakeven_alpha_best_k,
+    recommend,
+    speedup_grid,
+    temperature_gate,
+    verify_cost,
+    worked_examples,
+)
 from lessonlib.course.skill.render import build_skill, decision_block, skill_path, write_skill
-from lessonlib.course.skill.schema import (check_forward_cost, load_measurements, measurements_path,
-                                           validate_measurements)
+from lessonlib.course.skill.schema import (
+    check_forward_cost,
+    load_measurements,
+    measurements_path,
+    validate_measurements,
+)
 
 ROOT = paths.ROOT
 

@@ -20,13 +20,18 @@ from collections.abc import Iterator
 import numpy as np
 
 from lessonlib import paths, runs
-from lessonlib.jsonio import jsonable, write_atomic
-from lessonlib.core import theory
 from lessonlib.bench import record
+from lessonlib.core import theory
 from lessonlib.course.skill import concurrency, draft_free, kinds_gate, schema, sections, tables
-from lessonlib.course.skill.recommend import (MARGIN, breakeven_alpha_best_k, temperature_gate, verify_cost,
-                                              worked_examples)
+from lessonlib.course.skill.recommend import (
+    MARGIN,
+    breakeven_alpha_best_k,
+    temperature_gate,
+    verify_cost,
+    worked_examples,
+)
 from lessonlib.course.skill.tables import K_TABLE_MAX, TABLE_ALPHAS, TABLE_COSTS  # noqa: F401 (re-exported)
+from lessonlib.jsonio import jsonable, write_atomic
 
 FILE_NAME = "skill-speculative-tuning.md"
 

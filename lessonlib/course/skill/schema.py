@@ -27,15 +27,14 @@ NaN); ``validate_measurements`` raises ValueError naming the first bad field.
 """
 from __future__ import annotations
 
+import json
 import pathlib
 
 import numpy as np
 
-import json
-
 from lessonlib import paths, runs
-from lessonlib.jsonio import jsonable, read_json, write_atomic
 from lessonlib.core.validate import check_int, check_ks
+from lessonlib.jsonio import jsonable, read_json, write_atomic
 
 FILE_NAME = "temperature.json"
 C_MEASURED = ("warm", "in the decoding loop")

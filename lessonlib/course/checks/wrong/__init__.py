@@ -14,8 +14,12 @@ with that hint.
 from __future__ import annotations
 
 from lessonlib.course.checks.wrong import ex1, ex1_detect, ex2, ex3, ex4, ex5
-from lessonlib.course.checks.wrong.ex1 import (first_tokens_scalar_q, scalar_q_first_token_law,  # noqa: F401
-                                               verify_chain_always_accept, verify_chain_scalar_q)
+from lessonlib.course.checks.wrong.ex1 import (  # noqa: F401
+    first_tokens_scalar_q,
+    scalar_q_first_token_law,
+    verify_chain_always_accept,
+    verify_chain_scalar_q,
+)
 
 CATALOGUE = ex1.ENTRIES + ex1_detect.ENTRIES + ex2.ENTRIES + ex3.ENTRIES + ex4.ENTRIES + ex5.ENTRIES
 
