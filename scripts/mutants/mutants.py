@@ -693,3 +693,11 @@ MUTANTS += [  # issue 26's control: a head trained for the target's top token al
     ("bench", CALIB, "            out[LABELS[name]] = (t_logits[:, 1:], head(x)[:, 1:])",
      "            out[LABELS[name]] = (t_logits[:, 1:], head(x)[:, :-1])", "draft-ce read one position off"),
 ]
+MUTANTS += [  # what the reliability pass pinned with independent oracles
+    ("decoding", BATCH, "                if not sampling.greedy:  # a sampling target needs the law the drafts came "
+     "from: one-hot\n                    q_rows.append(sampling.draft_probs(z))",
+     "                if not sampling.greedy:  # a sampling target needs the law the drafts came "
+     "from: one-hot\n                    q_rows.append(np.exp(z - z.max(-1, keepdims=True))"
+     " / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))",
+     "a greedy draft beside a sampled target recorded with softmax q, not the one-hot it drafted from"),
+]

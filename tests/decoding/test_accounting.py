@@ -170,3 +170,23 @@ def test_lookahead_context_budget_is_exact():
     extra = stats.extra
     assert extra["pool_rounds"] + extra["window_rounds"] <= stats.rounds
     assert stats.accepted == sum(stats.lengths) and stats.emitted == stats.accepted + stats.rounds
+
+
+def test_a_run_records_the_targets_temperature_not_the_drafts():
+    """With a draft sampling at its own temperature, the run's stats (and the benchmarks' rows, which
+    are ``as_dict``) carry the target's T: the law the output follows is the target's."""
+    from lessonlib.core.tree_sampled import SampledRule
+    from lessonlib.decoding.decode import speculative_generate
+    from lessonlib.decoding.drafters import ModelDrafter
+    from lessonlib.decoding.round import Sampling
+    from lessonlib.decoding.tree_decode import tree_generate
+
+    target, draft = context_gpt(0, block_size=64), context_gpt(1, block_size=64)
+    sampling = Sampling(0.7, draft_temperature=1.3)
+    _, chain = speculative_generate(target, draft, [1, 2, 3], 3, 8, sampling, np.random.default_rng(0))
+    rule = SampledRule((2, 1))  # a sampled tree: its children drawn from the draft at its own temperature
+    _, tree = tree_generate(target, ModelDrafter(draft), [1, 2, 3], 8, rule, sampling, np.random.default_rng(0))
+    for stats in (chain, tree):
+        assert stats.temperature == 0.7 and stats.as_dict()["temperature"] == 0.7
+    _, control = speculative_generate(target, draft, [1, 2, 3], 3, 8, Sampling(1.3), np.random.default_rng(0))
+    assert control.as_dict()["temperature"] == 1.3  # the field follows the target's T when it changes

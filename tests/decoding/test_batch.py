@@ -134,3 +134,32 @@ def test_bad_input_names_the_argument(toys):
         cache.truncate([1, 0])
     with pytest.raises(ValueError, match="counts"):
         batched_forward(target, cache, [[1, 2], [3, 4]], [3, 1])
+
+
+def test_a_greedy_draft_beside_a_sampled_target_keeps_the_targets_law_per_row():
+    """Batched rounds against the batch-1 law: a draft that drafts greedily (its q one-hot) under a
+    target sampled at T = 1 must leave every row's first two tokens distributed as the target's own
+    (chi-square over 600 rows, each its own stream; seeded). Recording the softmax q it did not
+    draft from, or reusing a round's first uniform for its last token, moves the law."""
+    from loop_support import context_gpt
+
+    from lessonlib.core.sampling import softmax
+    from lessonlib.core.stats import chi_square
+    from lessonlib.decoding.batch import batch_speculative_generate
+    from lessonlib.decoding.round import Sampling
+
+    target, draft = context_gpt(0, block_size=32), context_gpt(3, block_size=32)
+    prompt, V = [1, 2, 3], target.config.vocab_size
+    rows, _ = batch_speculative_generate(target, draft, [prompt] * 600, 2, 2, Sampling(1.0, draft_temperature=0.0),
+                                         np.random.default_rng(7))
+    first = np.bincount([r[0] for r in rows], minlength=V)
+    _, p_first = chi_square(first, softmax(target.logits(prompt)[-1]))
+    pairs = np.array([r[0] * V + r[1] for r in rows])
+    law = np.concatenate([softmax(target.logits(prompt)[-1])[x] * softmax(target.logits(prompt + [x])[-1])
+                          for x in range(V)])  # P(x0, x1) = p(x0) p(x1 | x0)
+    _, p_pair = chi_square(np.bincount(pairs, minlength=V * V), law)
+    assert p_first > 1e-3 and p_pair > 1e-3, (p_first, p_pair)
+    # negative control: the draft's own greedy chain is not the target's law
+    greedy = np.bincount([r[0] for r in batch_speculative_generate(target, draft, [prompt] * 600, 2, 2, 0.0)[0]],
+                         minlength=V)
+    assert chi_square(greedy, softmax(target.logits(prompt)[-1]))[1] < 1e-6
