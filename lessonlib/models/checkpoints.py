@@ -59,7 +59,6 @@ def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHEC
     The metadata gains the weights' ``sha256`` and its config's ``config_sha256`` (``stamp``);
     returns the metadata as written. A head or MTP modules' ``meta`` carries its target's
     ``target_fingerprint`` (``fingerprint``), which ``check_beside`` requires."""
-    from safetensors.torch import save_file
 
     if not isinstance(meta, dict):
         raise ValueError(f"meta must be a dict (the checkpoint's JSON metadata), got {type(meta).__name__}")
@@ -69,23 +68,37 @@ def save(model: nn.Module, name: str, meta: dict, directory: pathlib.Path = CHEC
         raise ValueError(f"meta of checkpoint {name!r} must be JSON-serialisable with finite numbers ({err}); "
                          "nothing was written") from None
     state = {k: v.detach().to("cpu", STORED_DTYPE).contiguous() for k, v in model.state_dict().items()}
+    written: list[dict] = []
+
+    def text(tmp_weights: pathlib.Path) -> str:  # the checksum of exactly the bytes renamed into place
+        written.append(stamp(meta, tmp_weights))
+        return json.dumps(written[0], indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    write_pair(state, *checkpoint_paths(name, directory), text, f"model {name!r}")
+    meta = written[0]
+    return meta
+
+
+def write_pair(state: dict, weights: pathlib.Path, meta_path: pathlib.Path, text, what: str) -> None:
+    """Write ``state`` (safetensors) and the metadata ``text(temporary weights path)`` as one unit:
+    both to temporary files in the folder first, then the old metadata removed and both renamed into
+    place, so a failure leaves the old pair or no pair. NaN or inf weights are refused first."""
+    from safetensors.torch import save_file
+
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:  # float16 also overflows to inf beyond 65504
-        raise ValueError(f"model {name!r} holds NaN or inf weights (as float16) in {bad[0]}; nothing was written")
-    weights, meta_path = checkpoint_paths(name, directory)
+        raise ValueError(f"{what} holds NaN or inf weights (as float16) in {bad[0]}; nothing was written")
     weights.parent.mkdir(parents=True, exist_ok=True)
     tmp_weights, tmp_meta = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (weights, meta_path))
     try:
         save_file(state, str(tmp_weights))
-        meta = stamp(meta, tmp_weights)  # the checksum of exactly the bytes renamed into place below
-        write_atomic(tmp_meta, json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        write_atomic(tmp_meta, text(tmp_weights))
         meta_path.unlink(missing_ok=True)  # from here until the last rename there is no pair
         os.replace(tmp_weights, weights)
         os.replace(tmp_meta, meta_path)
     finally:
         tmp_weights.unlink(missing_ok=True)
         tmp_meta.unlink(missing_ok=True)
-    return meta
 
 
 # ---------------------------------------------------------------- integrity: checksum, config hash, fingerprint

@@ -6,14 +6,12 @@ that refuses a head trained for another target.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 from typing import Any
 
 import torch
 
-from lessonlib.jsonio import write_atomic
-from lessonlib.models.checkpoints import CHECKPOINTS
+from lessonlib.models.checkpoints import CHECKPOINTS, write_pair
 from lessonlib.models.llama import Llama
 from lessonlib.models.llm_eagle import LlamaEagleHead
 from lessonlib.models.llm_heads import LlamaEagle3Head
@@ -31,26 +29,10 @@ def save_head(head: LlamaEagle3Head | LlamaEagleHead, meta: dict[str, Any], name
               directory: pathlib.Path = CHECKPOINTS) -> None:
     """Weights (float16; ``d2t``/``t2d`` as they are) and metadata, renamed into place as one unit:
     the old metadata goes first, so a failure leaves the old pair or no metadata, never a mix."""
-    from safetensors.torch import save_file
-
     text = json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n"
     state = {k: (v.detach().to("cpu", torch.float16) if v.is_floating_point() else v.detach().cpu()).contiguous()
              for k, v in head.state_dict().items()}
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        raise ValueError(f"head {name!r} holds NaN or inf weights (as float16) in {bad[0]}; nothing was written")
-    weights, meta_path = paths(name, directory)
-    weights.parent.mkdir(parents=True, exist_ok=True)
-    tmp_w, tmp_m = (p.with_name(f".{p.name}.{os.getpid()}.tmp") for p in (weights, meta_path))
-    try:
-        save_file(state, str(tmp_w))
-        write_atomic(tmp_m, text)
-        meta_path.unlink(missing_ok=True)
-        os.replace(tmp_w, weights)
-        os.replace(tmp_m, meta_path)
-    finally:
-        tmp_w.unlink(missing_ok=True)
-        tmp_m.unlink(missing_ok=True)
+    write_pair(state, *paths(name, directory), lambda _: text, f"head {name!r}")
 
 
 def read_head_meta(name: str = NAME, directory: pathlib.Path = CHECKPOINTS) -> dict[str, Any]:
