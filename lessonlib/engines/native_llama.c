@@ -42,12 +42,20 @@
 #else
 #define SIMD 0
 #endif
+/* AVX-512: a panel row of 16 outputs is one register, and 32 registers hold up to 12 tokens' sums
+ * at once. Each output lane is still one FMA chain over the inputs in order, so the numbers are
+ * bitwise those of the AVX2 kernel (the tests build both). */
+#if SIMD && defined(__AVX512F__) && !defined(LESSONLIB_NO_AVX512)
+#define SIMD512 1
+#else
+#define SIMD512 0
+#endif
 
 #define MAX_T 64   /* engines/llama.py's MAX_T: longer calls run the readable forward */
 #define SPLIT (1 << 16)  /* a product or attention of fewer multiply-adds runs on one thread */
 
-/* 1 when this build uses AVX2/FMA/F16C, 0 for the portable C path (ARM, older x86) */
-int llama_simd(void) { return SIMD; }
+/* 2 when this build uses AVX-512, 1 for AVX2/FMA/F16C, 0 for the portable C path (ARM, older x86) */
+int llama_simd(void) { return SIMD + SIMD512; }
 
 static int nth = 1;
 int lessonlib_set_threads(int n) {
@@ -128,6 +136,30 @@ static inline __attribute__((always_inline)) void ptile(const char *P, int f16, 
 }
 #endif
 
+#if SIMD512
+/* ptile with 512-bit registers: NP panels x NT tokens, one register per panel row and token */
+static inline __attribute__((always_inline)) void ptile512(const char *P, int f16, int in, const float *x, int t0,
+                                                           int NP, int NT, float *y, int out, int o, int add) {
+    __m512 acc[4][12];
+    for (int p = 0; p < NP; p++)
+        for (int t = 0; t < NT; t++) acc[p][t] = _mm512_setzero_ps();
+    const size_t row = 16 * (f16 ? 2 : 4), panel = (size_t)in * row;
+    for (int i = 0; i < in; i++)
+        for (int p = 0; p < NP; p++) {
+            const char *w = P + p * panel + (size_t)i * row;
+            if (t0 == 0 && (!f16 || (i & 1) == 0)) _mm_prefetch(w + PF, _MM_HINT_T0);
+            __m512 wv = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w)) : _mm512_loadu_ps((const float *)w);
+            for (int t = 0; t < NT; t++)
+                acc[p][t] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x[(size_t)(t0 + t) * in + i]), acc[p][t]);
+        }
+    for (int p = 0; p < NP; p++)
+        for (int t = 0; t < NT; t++) {
+            float *dst = y + (size_t)(t0 + t) * out + o + 16 * p;
+            _mm512_storeu_ps(dst, add ? _mm512_add_ps(acc[p][t], _mm512_loadu_ps(dst)) : acc[p][t]);
+        }
+}
+#endif
+
 /* The same product for one panel and up to 6 tokens in portable C: 16 lanes per token, each an
  * FMA-or-multiply-add chain over i in order (the compiler vectorises the lane loop). */
 static void ptile_c(const char *P, int f16, int in, const float *x, int t0, int NT, float *y, int out, int o,
@@ -159,6 +191,30 @@ static void panels(const void *W, int f16, const float *x, float *y, int T, int 
     const size_t panel = (size_t)in * 16 * (f16 ? 2 : 4);
     const char *P = (const char *)W + (size_t)(o / 16) * panel;
     int n = (out - o) / 16 < per ? (out - o) / 16 : per;
+#if SIMD512
+    if (T == 1 && n == 4) { ptile512(P, f16, in, x, 0, 4, 1, y, out, o, add); return; }
+    if (T == 2 && n == 2) { ptile512(P, f16, in, x, 0, 2, 2, y, out, o, add); return; }
+    for (int p = 0; p < n; p++, P += panel, o += 16)
+        for (int g = (T + 11) / 12, t0 = 0; g > 0; g--) {  /* up to 12 tokens a group, split evenly */
+            int nt = (T - t0) / g;
+            switch (nt) {
+                case 1: ptile512(P, f16, in, x, t0, 1, 1, y, out, o, add); break;
+                case 2: ptile512(P, f16, in, x, t0, 1, 2, y, out, o, add); break;
+                case 3: ptile512(P, f16, in, x, t0, 1, 3, y, out, o, add); break;
+                case 4: ptile512(P, f16, in, x, t0, 1, 4, y, out, o, add); break;
+                case 5: ptile512(P, f16, in, x, t0, 1, 5, y, out, o, add); break;
+                case 6: ptile512(P, f16, in, x, t0, 1, 6, y, out, o, add); break;
+                case 7: ptile512(P, f16, in, x, t0, 1, 7, y, out, o, add); break;
+                case 8: ptile512(P, f16, in, x, t0, 1, 8, y, out, o, add); break;
+                case 9: ptile512(P, f16, in, x, t0, 1, 9, y, out, o, add); break;
+                case 10: ptile512(P, f16, in, x, t0, 1, 10, y, out, o, add); break;
+                case 11: ptile512(P, f16, in, x, t0, 1, 11, y, out, o, add); break;
+                default: ptile512(P, f16, in, x, t0, 1, 12, y, out, o, add); break;
+            }
+            t0 += nt;
+        }
+    return;
+#endif
 #if SIMD
     if (T == 1 && n == 4) { ptile(P, f16, in, x, 0, 4, 1, y, out, o, add); return; }
     if (T == 2 && n == 2) { ptile(P, f16, in, x, 0, 2, 2, y, out, o, add); return; }
@@ -355,6 +411,59 @@ static void attend_one(const float *q, const float *K, const float *Vv, const in
     for (int d = 0; d < D; d++) out[d] *= inv;
 }
 
+/* The slots each of T tokens sees, in order (the same list every layer): seen (T, end) rows,
+ * count (T,). allowed (T, end) or NULL (causal after `start`). Returns -6 when a token sees none. */
+static int list_slots(const uint8_t *allowed, int T, int start, int end, int *seen, int *count) {
+    for (int t = 0; t < T; t++) {
+        int n = 0;
+        for (int j = 0; j < end; j++)
+            if (allowed ? allowed[(size_t)t * end + j] != 0 : j <= start + t) seen[(size_t)t * end + n++] = j;
+        if (!n) return -6;
+        count[t] = n;
+    }
+    return 0;
+}
+
+/* Row `token` of a (V, C) matrix in panels (the tied embedding), widened to float32 */
+static void embed_row(const void *head, int f16, int C, int64_t token, float *out) {
+    size_t at = (size_t)(token / 16) * C * 16 + token % 16;
+    for (int i = 0; i < C; i++)
+        out[i] = f16 ? h2f(((const uint16_t *)head)[at + (size_t)i * 16]) : ((const float *)head)[at + (size_t)i * 16];
+}
+
+/* Attention of one decoder layer after its q|k|v product: big (T, Q) rows are rotated at their
+ * positions, the keys and values go to slots start.. of kvl (2, G, S, D), then att (T, C) =
+ * every query head over the slots its token sees (GQA: head h reads K/V head h / (H / G)). */
+static void attention(float *big, int T, int H, int G, int D, int S, int start, const int64_t *positions,
+                      const float *cosb, const float *sinb, float *kvl, const int *seen, const int *count, int end,
+                      float *score, float *att) {
+    int Q = (H + 2 * G) * D, C = H * D;
+    for (int t = 0; t < T; t++) {
+        float *r = big + (size_t)t * Q;
+        rope(r, H + G, D, cosb, sinb, positions[t]);
+        for (int g = 0; g < G; g++) {
+            memcpy(kvl + ((size_t)g * S + start + t) * D, r + (size_t)(H + g) * D, D * sizeof(float));
+            memcpy(kvl + ((size_t)(G + g) * S + start + t) * D, r + (size_t)(H + G + g) * D, D * sizeof(float));
+        }
+    }
+    FOR(nth > 1 && T * H > 1 && (size_t)T * end * C > SPLIT, th, T * H, {
+        int t = th / H, h = th % H, g = h / (H / G);
+        attend_one(big + (size_t)t * Q + (size_t)h * D, kvl + (size_t)g * S * D, kvl + (size_t)(G + g) * S * D,
+                   seen + (size_t)t * end, count[t], D, score + (size_t)thread_id() * (end + 8),
+                   att + (size_t)t * C + (size_t)h * D);
+    });
+}
+
+/* x (T, C) += down(silu(gate(h)) * up(h)), h = rms_norm(x) * norm: the SwiGLU half of a layer.
+ * ln (T, C), big (T, 2F), hid (T, F) scratch. */
+static void mlp(float *x, const float *norm, const void *gate_up, const void *down, int f16, int T, int C, int F,
+                float eps, float *ln, float *big, float *hid) {
+    rms_norm(x, norm, ln, T, C, eps);
+    linear(gate_up, f16, ln, big, T, C, 2 * F, 0);  /* gate | up, (T, 2F) */
+    for (int t = 0; t < T; t++) swiglu(big + (size_t)t * 2 * F, big + (size_t)t * 2 * F + F, hid + (size_t)t * F, F);
+    linear(down, f16, hid, x, T, F, C, 1);  /* x += down(h) */
+}
+
 /* The forward (see the top). dims: n_layer, C, H, G, F, V, S, n_pos, f16. tokens, positions (T,)
  * int64. logits (T, V) or NULL. keep NULL or (T, n_keep C): the outputs of blocks keep_layers.
  * Returns 0; -1 no memory; -2 bad sizes; -3 a token id outside 0..V-1; -4 a position outside
@@ -379,45 +488,16 @@ int llama_forward(const int *dims, void *const *mats, float *const *norms, const
     if (!buf || !seen) { free(buf); free(seen); return -1; }
     float *ln = buf, *att = buf + tc, *big = buf + 2 * tc, *hid = big + wide, *score = hid + (size_t)T * F;
     int *count = seen + (size_t)T * end;
-    for (int t = 0; t < T; t++) {  /* the slots token t sees, in order: the same list every layer */
-        int n = 0;
-        for (int j = 0; j < end; j++)
-            if (allowed ? allowed[(size_t)t * end + j] != 0 : j <= start + t) seen[(size_t)t * end + n++] = j;
-        if (!n) { free(buf); free(seen); return -6; }
-        count[t] = n;
-    }
-    /* the embedding: row `token` of the tied head, read out of its panels */
-    for (int t = 0; t < T; t++) {
-        size_t at = (size_t)(tokens[t] / 16) * C * 16 + tokens[t] % 16;
-        for (int i = 0; i < C; i++)
-            x[(size_t)t * C + i] = f16 ? h2f(((const uint16_t *)head)[at + (size_t)i * 16])
-                                       : ((const float *)head)[at + (size_t)i * 16];
-    }
+    if (list_slots(allowed, T, start, end, seen, count)) { free(buf); free(seen); return -6; }
+    for (int t = 0; t < T; t++) embed_row(head, f16, C, tokens[t], x + (size_t)t * C);
     size_t layer_kv = (size_t)2 * G * S * D;
     for (int l = 0; l < n_layer; l++) {
         void *const *m = mats + 4 * l;
-        float *kvl = kv + l * layer_kv;
         rms_norm(x, norms[2 * l], ln, T, C, eps);
         linear(m[0], f16, ln, big, T, C, Q, 0);  /* q | k | v, (T, Q) */
-        for (int t = 0; t < T; t++) {  /* rotate q and k at the token's position; k, v into the cache */
-            float *r = big + (size_t)t * Q;
-            rope(r, H + G, D, cosb, sinb, positions[t]);
-            for (int g = 0; g < G; g++) {
-                memcpy(kvl + ((size_t)g * S + start + t) * D, r + (size_t)(H + g) * D, D * sizeof(float));
-                memcpy(kvl + ((size_t)(G + g) * S + start + t) * D, r + (size_t)(H + G + g) * D, D * sizeof(float));
-            }
-        }
-        FOR(nth > 1 && T * H > 1 && (size_t)T * end * C > SPLIT, th, T * H, {
-            int t = th / H, h = th % H, g = h / (H / G);  /* GQA: query head h reads K/V head g */
-            attend_one(big + (size_t)t * Q + (size_t)h * D, kvl + (size_t)g * S * D, kvl + (size_t)(G + g) * S * D,
-                       seen + (size_t)t * end, count[t], D, score + (size_t)thread_id() * (end + 8),
-                       att + (size_t)t * C + (size_t)h * D);
-        });
+        attention(big, T, H, G, D, S, start, positions, cosb, sinb, kv + l * layer_kv, seen, count, end, score, att);
         linear(m[1], f16, att, x, T, C, C, 1);  /* x += o(attention) */
-        rms_norm(x, norms[2 * l + 1], ln, T, C, eps);
-        linear(m[2], f16, ln, big, T, C, 2 * F, 0);  /* gate | up, (T, 2F) */
-        for (int t = 0; t < T; t++) swiglu(big + (size_t)t * 2 * F, big + (size_t)t * 2 * F + F, hid + (size_t)t * F, F);
-        linear(m[3], f16, hid, x, T, F, C, 1);  /* x += down(h) */
+        mlp(x, norms[2 * l + 1], m[2], m[3], f16, T, C, F, eps, ln, big, hid);
         for (int k = 0; k < n_keep; k++)
             if (keep_layers[k] == l)
                 for (int t = 0; t < T; t++)
@@ -426,6 +506,58 @@ int llama_forward(const int *dims, void *const *mats, float *const *norms, const
     if (logits) {
         rms_norm(x, norm_f, ln, T, C, eps);
         linear(head, f16, ln, logits, T, C, V, 0);
+    }
+    free(buf);
+    free(seen);
+    return 0;
+}
+
+/* EAGLE-3's draft step beside this target (models/llm_heads.py, LlamaEagle3Head.forward and
+ * draft_logits) in one call: x = fuse(features) when they are the target's fused width (Fin =
+ * 3C; Fin = C: the head's own g, used as is); a (T, 2C) = [rms(emb, norm_emb); rms(x, norm_1)];
+ * q|k|v = a W^T (Q, 2C); x += o(attention over the head's one-layer cache); x += SwiGLU; g = x;
+ * logits (n_logits, N) = rms(g, norm) over the draft vocabulary's rows (the last n_logits tokens).
+ * dims: C, H, G, F, V, N, S, n_pos, f16, Fin. mats: fuse (C, Fin) or NULL when Fin = C, qkv, o,
+ * gate|up, down. norms: norm_emb, norm_1, norm_2, norm. emb: the target's tied (V, C) panels, the
+ * token rows; draft: (N, C) panels. Returns as llama_forward. */
+int eagle3_forward(const int *dims, void *const *mats, float *const *norms, const void *emb, const void *draft,
+                   const float *cosb, const float *sinb, float eps, const int64_t *tokens, const int64_t *positions,
+                   int T, float *kv, int start, const uint8_t *allowed, const float *features, float *g,
+                   int n_logits, float *logits) {
+    int C = dims[0], H = dims[1], G = dims[2], F = dims[3], V = dims[4], N = dims[5], S = dims[6];
+    int n_pos = dims[7], f16 = dims[8], Fin = dims[9];
+    if (T < 1 || T > MAX_T || C % 16 || F % 16 || V % 16 || N % 16 || H % G || C % H || (C / H) % 16 ||
+        (Fin != C && (Fin % C || !mats[0])) || n_logits < 0 || n_logits > T)
+        return -2;
+    if (start < 0 || start + T > S) return -5;
+    for (int t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V) return -3;
+        if (positions[t] < 0 || positions[t] >= n_pos) return -4;
+    }
+    int D = C / H, Q = (H + 2 * G) * D, end = start + T;
+    size_t tc = (size_t)T * C, wide = (size_t)T * (Q > 2 * F ? Q : 2 * F);
+    float *buf = malloc(sizeof(float) * (tc * 4 + wide + (size_t)T * F + (size_t)(end + 8) * nth));
+    int *seen = malloc(sizeof(int) * ((size_t)T * end + T));
+    if (!buf || !seen) { free(buf); free(seen); return -1; }
+    float *ln = buf, *att = buf + tc, *a = buf + 2 * tc, *big = buf + 4 * tc, *hid = big + wide;
+    float *score = hid + (size_t)T * F;
+    int *count = seen + (size_t)T * end;
+    if (list_slots(allowed, T, start, end, seen, count)) { free(buf); free(seen); return -6; }
+    if (Fin == C) memcpy(g, features, tc * sizeof(float));
+    else linear(mats[0], f16, features, g, T, Fin, C, 0);  /* the residual stream x lives in g */
+    for (int t = 0; t < T; t++) embed_row(emb, f16, C, tokens[t], ln + (size_t)t * C);
+    for (int t = 0; t < T; t++) {  /* a = [rms(emb); rms(x)], token by token */
+        rms_norm(ln + (size_t)t * C, norms[0], a + (size_t)t * 2 * C, 1, C, eps);
+        rms_norm(g + (size_t)t * C, norms[1], a + (size_t)t * 2 * C + C, 1, C, eps);
+    }
+    linear(mats[1], f16, a, big, T, 2 * C, Q, 0);  /* q | k | v from 2C */
+    attention(big, T, H, G, D, S, start, positions, cosb, sinb, kv, seen, count, end, score, att);
+    linear(mats[2], f16, att, g, T, C, C, 1);  /* x += o(attention) */
+    mlp(g, norms[2], mats[3], mats[4], f16, T, C, F, eps, ln, big, hid);
+    if (n_logits) {
+        size_t first = (size_t)(T - n_logits) * C;
+        rms_norm(g + first, norms[3], ln, n_logits, C, eps);
+        linear(draft, f16, ln, logits, n_logits, C, N, 0);
     }
     free(buf);
     free(seen);

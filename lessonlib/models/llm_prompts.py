@@ -41,13 +41,13 @@ CHATS = (
 MIN_LINES, MAX_LINES = 18, 40  # long enough that the reply runs past 128 tokens, short enough to fit twice
 
 
-@functools.lru_cache(maxsize=1)
-def _functions() -> tuple[tuple[str, str], ...]:
-    """(name, source) of the held-out standard library's top-level functions of MIN_LINES to
-    MAX_LINES lines, in the corpus's order."""
+@functools.lru_cache(maxsize=2)
+def _functions(heldout: bool = True) -> tuple[tuple[str, str], ...]:
+    """(name, source) of the held-out (else the training) standard library's top-level functions
+    of MIN_LINES to MAX_LINES lines, in the corpus's order."""
     out = []
     for name, source in data.documents("code"):
-        if not data.is_heldout(name):
+        if data.is_heldout(name) != heldout:
             continue
         try:
             tree = ast.parse(source)

@@ -146,39 +146,80 @@ def _optimizer_step(head: Head, target: Llama, optimizer: torch.optim.Optimizer,
     return loss.item(), alphas[0].item()
 
 
-def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, lr: float = 1e-3,
-                 ttt: int = TTT_STEPS, draft_vocab: int = DRAFT_VOCAB, resume: bool = False, seed: int = 0,
-                 save_minutes: float = 5.0, eval_minutes: float = 10.0,
-                 directory: pathlib.Path = CHECKPOINTS, kind: str = "eagle3") -> dict[str, Any]:
-    """Train (or ``resume``) the EAGLE-3 head (``kind`` "eagle": the EAGLE control) until ``deadline``
-    (epoch seconds) or ``max_steps``; saves the best held-out head to ``directory``; returns the
-    run's counters."""
-    store, target = _data(batch)
-    done = store.done
+def _resume(kind: str, target: Llama, store: FeatureStore, resume: bool, draft_vocab: int,
+            lr: float) -> tuple[Head, torch.optim.Optimizer, dict[str, Any], pathlib.Path]:
+    """(head, optimizer, state, the state's path): from the saved training state when ``resume``
+    finds one, else fresh."""
     state_path = llm_features.folder() / f"{kind}-train-state.pt"
-    torch.manual_seed(seed)
     saved = torch.load(state_path, weights_only=False) if resume and state_path.exists() else None
     head = _new_head(kind, target, store, saved, draft_vocab)
     state: dict[str, Any] = saved["state"] if saved is not None else {
         "steps": 0, "tokens_seen": 0, "seconds": 0.0, "alpha_curve": [], "runs": [], "best_alpha1": -1.0,
-        "draft_vocab_from_windows": int(done - store.heldout)}
+        "draft_vocab_from_windows": int(store.done - store.heldout)}
     optimizer = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     if saved is not None:
         optimizer.load_state_dict(saved["optimizer"])
+    return head, optimizer, state, state_path
+
+
+def _evaluate(head: Head, target: Llama, store: FeatureStore, own: FeatureStore | None, state: dict[str, Any],
+              name: str, directory: pathlib.Path) -> None:
+    """Held-out alpha on the corpora (and on the self-distilled chats when trained on them), added
+    to the curve; the head is shipped when the alpha it is judged by (``own``'s when given) improved."""
+    result = heldout_alpha(head, target, store)
+    if own is not None:
+        result["self"] = heldout_alpha(head, target, own)
+    state["alpha_curve"].append({"tokens_seen": state["tokens_seen"], "steps": state["steps"], **result})
+    tqdm.write(f"step {state['steps']} tokens {state['tokens_seen']}: {result}")
+    best_key = "best_self_alpha1" if own is not None else "best_alpha1"
+    score = (result["self"] if own is not None else result)["alpha_by_depth"][0]
+    if score > state.get(best_key, -1.0):
+        state[best_key] = score
+        save_head(head, _meta(head, store, state, result, target, own), name, directory)
+
+
+def _self_store(batch: int) -> FeatureStore:
+    """The self-distilled chats' feature store (``llm_selfdistill``), enough windows extracted."""
+    from lessonlib.models import llm_selfdistill
+
+    path = llm_selfdistill.folder() / "features"
+    if not (path / "meta.json").exists():
+        raise ValueError(f"self_share needs the self-distilled features in {path}: run python -m "
+                         "lessonlib.models.llm_selfdistill replies, then features")
+    store = FeatureStore(path)
+    if store.done <= store.heldout + batch:
+        raise ValueError(f"only {store.done} self-distilled windows extracted ({store.heldout} held out): "
+                         "run python -m lessonlib.models.llm_selfdistill features")
+    return store
+
+
+def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, lr: float = 1e-3,
+                 ttt: int = TTT_STEPS, draft_vocab: int = DRAFT_VOCAB, resume: bool = False, seed: int = 0,
+                 save_minutes: float = 5.0, eval_minutes: float = 10.0,
+                 directory: pathlib.Path = CHECKPOINTS, kind: str = "eagle3",
+                 self_share: float = 0.0) -> dict[str, Any]:
+    """Train (or ``resume``) the EAGLE-3 head (``kind`` "eagle": the EAGLE control) until ``deadline``
+    (epoch seconds) or ``max_steps``; saves the best held-out head to ``directory``; returns the
+    run's counters. ``self_share``: the share of steps whose batch comes from the target's own
+    replies (``llm_selfdistill``); above 0 the head shipped is the best on *their* held-out windows
+    (the text decoding drafts), else the best on the corpora's."""
+    if not 0.0 <= self_share <= 1.0:
+        raise ValueError(f"self_share must be in [0, 1], got {self_share!r}")
+    store, target = _data(batch)
+    own, done = _self_store(batch) if self_share > 0 else None, store.done
+    torch.manual_seed(seed)
+    head, optimizer, state, state_path = _resume(kind, target, store, resume, draft_vocab, lr)
     rng = np.random.default_rng(seed + len(state["runs"]))  # a resumed run draws new batches
     began, last_save, last_eval = time.time(), time.time(), time.time()
     budget = max(deadline - began, 1.0)
+    sources = [(store, done)] + ([(own, own.done)] if own is not None else [])  # windows fixed at the start
     run = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "from_step": state["steps"],
-           "windows_available": int(done), "lr": lr, "batch_windows": batch, "ttt_steps": ttt, **where("cpu")}
+           "windows_available": int(done), "lr": lr, "batch_windows": batch, "ttt_steps": ttt,
+           "self_share": self_share, "self_windows_available": int(sources[-1][1]) if own else 0, **where("cpu")}
     state["runs"].append(run)
 
     def evaluate() -> None:
-        result = heldout_alpha(head, target, store)
-        state["alpha_curve"].append({"tokens_seen": state["tokens_seen"], "steps": state["steps"], **result})
-        tqdm.write(f"step {state['steps']} tokens {state['tokens_seen']}: {result}")
-        if result["alpha_by_depth"][0] > state["best_alpha1"]:
-            state["best_alpha1"] = result["alpha_by_depth"][0]
-            save_head(head, _meta(head, store, state, result, target), NAMES[kind], directory)
+        _evaluate(head, target, store, own, state, NAMES[kind], directory)
 
     step_in_run = 0
     with tqdm(desc=kind, unit="step", total=max_steps) as bar:
@@ -186,7 +227,8 @@ def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, 
             scale = lr_scale(step_in_run, (time.time() - began) / budget)
             for group in optimizer.param_groups:
                 group["lr"] = lr * scale
-            data = _batch(store, rng.integers(store.heldout, done, size=batch), kind == "eagle3")
+            source, end = sources[-1] if len(sources) > 1 and rng.random() < self_share else sources[0]
+            data = _batch(source, rng.integers(source.heldout, end, size=batch), kind == "eagle3")
             loss, alpha1 = _optimizer_step(head, target, optimizer, data, ttt)
             step_in_run += 1
             state["steps"] += 1
@@ -208,7 +250,8 @@ def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, 
     return state
 
 
-def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Llama) -> dict[str, Any]:
+def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Llama,
+          own: FeatureStore | None = None) -> dict[str, Any]:
     kind = "eagle3" if isinstance(head, LlamaEagle3Head) else "eagle"
     shape: dict[str, Any] = {
         "fused_layers": list(head.layers), "fused_layers_are": "block outputs = inputs of layers {2, N//2, N-3}",
@@ -228,7 +271,13 @@ def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Ll
         "target_config": dict(vars(target.config)),
         "ttt_steps": state["runs"][-1]["ttt_steps"], "params": sum(p.numel() for p in head.parameters()),
         "data": {"folder": store.path.name, "meta": {k: store.meta[k] for k in ("window", "mix", "corpora", "seed")},
-                 "windows_extracted": store.done, "heldout_windows": store.heldout},
+                 "windows_extracted": store.done, "heldout_windows": store.heldout,
+                 **({"self_distilled": {"folder": f"{own.path.parent.name}/{own.path.name}",
+                                        "chats": own.meta.get("chats"), "windows_extracted": own.done,
+                                        "heldout_windows": own.heldout,
+                                        "text": own.meta.get("corpora")}} if own is not None else {})},
+        "shipped_by": "depth-1 alpha on the self-distilled held-out windows" if own is not None
+                      else "depth-1 alpha on the corpora's held-out windows",
         "steps": state["steps"], "tokens_seen": state["tokens_seen"], "train_seconds": round(state["seconds"], 1),
         "heldout": result, "alpha_curve": state["alpha_curve"], "runs": state["runs"],
         "rebuild": f"python -m lessonlib.models.llm_features && python -m lessonlib.models.train_llm_heads {kind}",
@@ -249,14 +298,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--eval-minutes", type=cli.number(0, low_open=True), default=10.0)
     parser.add_argument("--save-minutes", type=cli.number(0, low_open=True), default=5.0)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--self-share", type=cli.number(0, 1), default=0.0,
+                        help="share of batches from the target's own replies (llm_selfdistill)")
     args = parser.parse_args(argv)
     deadline = time.time() + 60 * (args.minutes or 60.0)
     if args.until:
         deadline = min(deadline if args.minutes else float("inf"), until(args.until))
     state = train_eagle3(deadline, args.steps, args.batch, args.lr, args.ttt, args.draft_vocab, args.resume,
                          eval_minutes=args.eval_minutes, save_minutes=args.save_minutes, kind=args.kind,
+                         self_share=args.self_share,
                          directory=CHECKPOINTS if args.kind == "eagle3" else llm_features.folder())
-    print(json.dumps({k: state[k] for k in ("steps", "tokens_seen", "best_alpha1")}))
+    print(json.dumps({k: state.get(k) for k in ("steps", "tokens_seen", "best_alpha1", "best_self_alpha1")}))
 
 
 if __name__ == "__main__":

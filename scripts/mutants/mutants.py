@@ -701,3 +701,30 @@ MUTANTS += [  # what the reliability pass pinned with independent oracles
      " / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True))",
      "a greedy draft beside a sampled target recorded with softmax q, not the one-hot it drafted from"),
 ]
+
+NATIVE_LLAMA_C, NATIVE_LLAMA_PY = "lessonlib/engines/native_llama.c", "lessonlib/engines/llama.py"
+TESTS[NATIVE_LLAMA_C] = TESTS[NATIVE_LLAMA_PY] = ["tests/engines/test_native_llama_head.py",
+                                                  "tests/engines/test_native_llama.py"]
+MUTANTS += [  # the real LLM's native forward and EAGLE-3's draft step in C (native_llama.c is rebuilt from the text)
+    ("native", NATIVE_LLAMA_C, "if (allowed ? allowed[(size_t)t * end + j] != 0 : j <= start + t)",
+     "if (allowed ? allowed[(size_t)t * end + j] != 0 : j < start + t)",
+     "causal attention of the real LLM: a new token does not see itself"),
+    ("native", NATIVE_LLAMA_C, "int t = th / H, h = th % H, g = h / (H / G);",
+     "int t = th / H, h = th % H, g = h % G;", "GQA: query head h reads key/value head h mod G, not h / (H / G)"),
+    ("native", NATIVE_LLAMA_C, "rms_norm(ln + (size_t)t * C, norms[0], a + (size_t)t * 2 * C, 1, C, eps);",
+     "rms_norm(ln + (size_t)t * C, norms[1], a + (size_t)t * 2 * C, 1, C, eps);",
+     "EAGLE-3's embedding normed with the feature's norm (hidden_norm for input_layernorm)"),
+    ("native", NATIVE_LLAMA_C, "size_t first = (size_t)(T - n_logits) * C;", "size_t first = 0;",
+     "EAGLE-3's draft logits of a commit read from its first pair instead of its last"),
+    ("native", NATIVE_LLAMA_C, "    if (Fin == C) memcpy(g, features, tc * sizeof(float));",
+     "    if (Fin >= C) memcpy(g, features, tc * sizeof(float));",
+     "EAGLE-3's fused features skip fuse (their first rows read as the residual stream)"),
+    ("native", NATIVE_LLAMA_C, "_mm512_set1_ps(x[(size_t)(t0 + t) * in + i])", "_mm512_set1_ps(x[(size_t)t * in + i])",
+     "the AVX-512 kernel's second token group reads the first group's inputs (passes over 12 tokens)"),
+    ("native", NATIVE_LLAMA_PY, "positions = (start - n_fed - 1 + mask.sum(1)).astype(np.int64)",
+     "positions = (start - n_fed + mask.sum(1)).astype(np.int64)",
+     "a tree node of the native head one position deeper than the readable head puts it"),
+    ("native", NATIVE_LLAMA_PY, "        if start + T > cache.capacity:\n            raise ValueError(f\"head's",
+     "        if start + T > cache.capacity + 1:\n            raise ValueError(f\"head's",
+     "the native head's capacity check one position too lax (the C call refuses it, not by name)"),
+]

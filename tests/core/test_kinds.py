@@ -45,12 +45,12 @@ def test_the_scan_finds_a_second_list():
 
 
 def test_every_drafter_has_a_kind():
-    from lessonlib.decoding import batch, decode, drafters, lookahead, mtp_draft, prompt_lookup
+    from lessonlib.decoding import batch, decode, drafters, llm_drafter, lookahead, mtp_draft, prompt_lookup
 
-    classes = {name for module in (batch, decode, drafters, lookahead, mtp_draft, prompt_lookup)
+    classes = {name for module in (batch, decode, drafters, llm_drafter, lookahead, mtp_draft, prompt_lookup)
                for name, obj in inspect.getmembers(module, inspect.isclass)
                if name.endswith("Drafter") and obj.__module__ == module.__name__}
-    named = {k.drafter for k in kinds.KINDS}
+    named = {k.drafter for k in kinds.KINDS + kinds.LLM_KINDS}
     assert named <= classes, "a kind names a drafter that does not exist"
     assert not classes - named - NOT_KINDS, f"drafters with no kind: {sorted(classes - named - NOT_KINDS)}"
 
@@ -62,8 +62,17 @@ def test_lookups_and_their_refusals():
     assert kinds.of_method("prompt lookup k=8") is None and kinds.of_method("plain") is None
     assert kinds.names("head") == ("eagle", "eagle3", "medusa")
     assert set(kinds.REPORT_ORDER) == set(kinds.names())
-    with pytest.raises(ValueError, match="kind must be one of draft, eagle, eagle3, medusa, mtp, got 'eagle4'"):
+    with pytest.raises(ValueError, match="kind must be one of draft, eagle, eagle3, medusa, mtp, smollm2-eagle3, "
+                                         "got 'eagle4'"):
         kinds.kind("eagle4")
+    assert {k.target for k in kinds.KINDS} == {"tiny"} and {k.target for k in kinds.LLM_KINDS} == {"smollm2"}
+
+
+def test_the_real_llms_sweep_builds_its_method_names():
+    from lessonlib.bench import llm
+
+    assert llm.head_shapes() == {"EAGLE-3 chain K=1": (1,), "EAGLE-3 chain K=2": (1, 1),
+                                 "EAGLE-3 chain K=3": (1, 1, 1), "EAGLE-3 tree 2-1": (2, 1)}
 
 
 def test_the_tree_sweep_builds_the_reports_method_names():

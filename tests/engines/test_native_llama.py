@@ -229,3 +229,33 @@ def test_the_portable_c_path_agrees_and_is_batch_invariant(models, prompts):
         model.native = simd
     cache.truncate(len(prompt))
     torch.testing.assert_close(three, feed(model, cache, draft), atol=ATOL, rtol=0)
+
+
+def test_the_avx2_and_avx512_kernels_give_bitwise_the_same_logits(models, prompts):
+    """A committed number must not depend on the laptop's vector width: where this CPU has
+    AVX-512 its kernel (a panel row per register, up to 12 tokens a group) and the AVX2 one
+    (``-DLESSONLIB_NO_AVX512``: 8 lanes, up to 6 tokens a group) give bitwise the same logits for
+    passes of 1 to 13 tokens (groups split 7 + 6 and 5 + 4 + 4). Where the CPU has no AVX-512
+    both builds are the AVX2 kernel, and the test still checks the second build agrees."""
+    avx2 = native_llama.library(("-DLESSONLIB_NO_AVX512",))
+    if avx2 is None or avx2.llama_simd() == 0:
+        pytest.skip("no AVX2 build here: " + native_llama.status())
+    assert avx2.llama_simd() == 1
+    model = models["f16"]
+    default = model.native
+    other = native_llama.Prepared(avx2, model, "f16")
+    prompt = prompts[2]
+    cache = model.new_cache()
+    feed(model, cache, prompt)
+    try:
+        for n in (1, 2, 3, 5, 8, 13):
+            draft = [(7 * i + 11) % 49152 for i in range(n)]
+            model.native = default
+            a = feed(model, cache, draft)
+            cache.truncate(len(prompt))
+            model.native = other
+            b = feed(model, cache, draft)
+            cache.truncate(len(prompt))
+            assert torch.equal(a, b), n
+    finally:
+        model.native = default

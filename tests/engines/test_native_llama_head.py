@@ -1,0 +1,124 @@
+"""EAGLE-3's draft step in C (``engines.llama.NativeEagle3Head``, ``eagle3_forward``) against the
+readable head (``models.llm_heads.LlamaEagle3Head.step``) beside a tiny random native Llama
+(8 layers, width 64, 4 query / 2 key-value heads of 16, vocabulary 304; a draft vocabulary of 64
+ids): g and the draft logits within ``ATOL`` at float32 weights and ``F16_ATOL`` at float16, for
+a commit of fused features, chain steps on g, a tree level under a mask (positions off the mask),
+the head's cache after each; speculative decoding with it gives plain greedy decoding's tokens;
+bounds are refused before the C call, with the cache kept.
+"""
+import copy
+import functools
+
+import numpy as np
+import pytest
+import torch
+
+from lessonlib.core import tree
+from lessonlib.engines import llama as native_llama
+from lessonlib.engines.llama import NativeEagle3Head, NativeLlama, accelerate_head
+from lessonlib.models.llama import Llama, LlamaConfig
+from lessonlib.models.llm_heads import LlamaEagle3Head
+
+ATOL = 1e-4  # float32 weights: summation order only (measured ~1e-6 on logits of size ~1)
+F16_ATOL = 5e-2  # float16 weights: their rounding (measured ~5e-3)
+TINY = LlamaConfig(vocab_size=304, block_size=64, n_layer=8, n_head=4, n_kv_head=2, n_embd=64, n_hidden=64)
+
+
+def tiny_pair(precision: str):
+    if native_llama.unavailable() is not None:
+        pytest.skip(native_llama.status())
+    torch.manual_seed(0)
+    target = Llama(TINY).eval().requires_grad_(False)
+    ids = np.random.default_rng(0).choice(TINY.vocab_size, 64, replace=False)
+    head = LlamaEagle3Head(TINY, ids).eval().requires_grad_(False)
+    with torch.no_grad():  # outputs of a visible size: the random init's o/down are tiny
+        for p in [*target.parameters(), *head.parameters()]:
+            p.add_(0.05 * torch.randn_like(p))
+    target.__class__ = NativeLlama
+    target.prepare(precision)
+    fast = accelerate_head(copy.deepcopy(head), target)
+    return target, head, fast
+
+
+@pytest.fixture(scope="module", params=["f32", "f16"])
+def pair(request):
+    return (request.param, *tiny_pair(request.param))
+
+
+def close(a, b, atol):
+    finite = torch.isfinite(b)
+    assert torch.equal(finite, torch.isfinite(a))  # -inf at the same ids: outside the draft vocabulary
+    assert (a[finite] - b[finite]).abs().max().item() <= atol
+
+
+@torch.inference_mode()
+def test_every_kind_of_draft_step_matches_the_readable_head(pair):
+    precision, target, head, fast = pair
+    atol = ATOL if precision == "f32" else F16_ATOL
+    assert isinstance(fast, NativeEagle3Head) and fast.native is not None
+    prompt = torch.tensor([[3, 17, 250, 9, 41, 41, 8, 120, 77, 5]])
+    cache = target.new_cache()
+    logits, fused = target(prompt, cache=cache, return_hidden=head.layers)
+    tokens = np.array([*prompt[0, 1:].tolist(), int(logits[0, -1].argmax())])
+    slow_cache, fast_cache = head.new_cache(), fast.new_cache()
+    for last in (False, True):  # a commit of T = 10 pairs of fused features: every row, then the last
+        a = copy.deepcopy(slow_cache), copy.deepcopy(fast_cache)
+        g_slow, l_slow = head.step(target, tokens, fused[0], a[0], last=last)
+        g_fast, l_fast = fast.step(target, tokens, fused[0], a[1], last=last)
+        assert l_fast.shape == l_slow.shape == ((1 if last else len(tokens)), TINY.vocab_size)
+        close(g_fast, g_slow, atol)
+        close(l_fast, l_slow, atol)
+    head.step(target, tokens, fused[0], slow_cache, last=True)
+    g, _ = fast.step(target, tokens, fused[0], fast_cache, last=True)
+    for _ in range(3):  # chain steps: the head's own g (width C) skips fuse
+        token = np.array([int(torch.randint(TINY.vocab_size, ()))])
+        g_slow, l_slow = head.step(target, token, g[-1:], slow_cache, last=True)
+        g, l_fast = fast.step(target, token, g[-1:], fast_cache, last=True)
+        close(g, g_slow, atol)
+        close(l_fast, l_slow, atol)
+        assert slow_cache.length == fast_cache.length
+        close(fast_cache.kv[:, :, :, : fast_cache.length], slow_cache.kv[:, :, :, : slow_cache.length], atol)
+    # a tree: 2 nodes at depth 1, then 3 under them, each at (last committed + depth) from its mask row
+    for tokens, mask in ((np.array([7, 8]), np.eye(2, dtype=bool)),
+                         (np.array([4, 99, 4]), np.array([[1, 0, 1, 0, 0], [1, 0, 0, 1, 0], [0, 1, 0, 0, 1]], bool))):
+        feats = g[-1:].repeat(len(tokens), 1)
+        g_slow, l_slow = head.step(target, tokens, feats, slow_cache, mask=mask)
+        g_fast, l_fast = fast.step(target, tokens, feats, fast_cache, mask=mask)
+        close(g_fast, g_slow, atol)
+        close(l_fast, l_slow, atol)
+    assert not torch.allclose(g_fast[0], g_fast[2])  # same token, same feature, other ancestors: the mask matters
+
+
+def test_speculative_decoding_with_the_native_head_is_plain_greedy_decoding():
+    from lessonlib.decoding.decode import generate
+    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
+    from lessonlib.decoding.tree_decode import tree_generate
+
+    target, _, fast = tiny_pair("f16")
+    calls = []
+    run = fast.native.run
+    fast.native.run = lambda *a: calls.append(1) or run(*a)  # the drafts really come from the C step
+    for prompt in ([3, 17, 250, 9], [41, 8, 120, 77, 5, 5, 5]):
+        plain, _ = generate(target, prompt, 20)
+        for rule in (functools.partial(tree.draft_topk, branching=(1, 1, 1)),
+                     functools.partial(tree.draft_topk, branching=(2, 2, 1))):
+            spec, _ = tree_generate(target, LlamaHeadDrafter(fast, target), prompt, 20, rule=rule)
+            assert spec == plain
+    assert calls
+
+
+def test_bounds_are_refused_before_the_c_call_and_the_cache_is_kept():
+    target, _, fast = tiny_pair("f32")
+    cache = fast.new_cache()
+    feats = torch.zeros(1, 3 * TINY.n_embd)
+    for tokens, features, match in (([TINY.vocab_size], feats, "tokens must be"),
+                                    ([-1], feats, "tokens must be"),
+                                    ([1], torch.zeros(1, 2 * TINY.n_embd), "features must be"),
+                                    ([1, 2], feats, "features must be")):
+        with pytest.raises(ValueError, match=match):
+            fast.step(target, np.array(tokens), features, cache)
+        assert cache.length == 0
+    cache.length = cache.capacity  # full: one more token would be written past the buffer
+    with pytest.raises(ValueError, match="head's cache holds"):
+        fast.step(target, np.array([1]), feats, cache)
+    assert cache.length == cache.capacity
