@@ -33,6 +33,7 @@ from lessonlib.models.llm_heads import LlamaEagle3Head
 
 SOURCE = pathlib.Path(__file__).with_name("native_llama.c")
 MAX_T = 64  # native_llama.c's MAX_T: a longer call (a long prefill) runs the readable forward
+HEAD_MAX_T = 4096  # native_llama.c's HEAD_MAX_T: an EAGLE-3 head's commit of a whole prompt runs in C too
 PRECISIONS = ("f16", "f32")
 ENGINES = ("readable", "native")
 _ERRORS = {-1: "out of memory", -2: "sizes it does not run", -3: "a token id outside the vocabulary",
@@ -189,6 +190,7 @@ class PreparedEagle3:
         dtype = torch.float16 if target.f16 else torch.float32
         pack = lambda w: to_panels(w.detach().float().to(dtype))  # noqa: E731
         self.target, self.C, self.N = target, c.n_embd, len(head.d2t)
+        self.ids, self.V = head.draft_ids.clone(), c.vocab_size  # draft id i -> target id ids[i]
         self.mats = [pack(head.fuse.weight), pack(torch.cat([layer.q.weight, layer.k.weight, layer.v.weight])),
                      pack(layer.o.weight), pack(torch.cat([layer.gate.weight, layer.up.weight])),
                      pack(layer.down.weight)]
@@ -235,7 +237,7 @@ class NativeEagle3Head(LlamaEagle3Head):
 
     def _runs_native(self, target: Llama, features: torch.Tensor, cache: LlamaKVCache, T: int) -> bool:
         prepared = getattr(target, "native", None)
-        return (self.native is not None and prepared is self.native.target and 1 <= T <= MAX_T
+        return (self.native is not None and prepared is self.native.target and 1 <= T <= HEAD_MAX_T
                 and cache.kv.dtype == torch.float32 and cache.kv.is_contiguous() and not self.training
                 and features.dtype == torch.float32
                 and not (torch.is_grad_enabled() and (features.requires_grad or self.fuse.weight.requires_grad)))
@@ -267,7 +269,11 @@ class NativeEagle3Head(LlamaEagle3Head):
         g, logits = self.native.run(ids, np.ascontiguousarray(positions), features.contiguous(), cache, allowed,
                                     1 if last else T)
         cache.length = start + T
-        return g, self.full_logits(logits)
+        # over the full vocabulary, -inf outside the draft vocabulary (``full_logits``), in float64:
+        # the drafter's log-softmax runs in float64 (``drafters.log_probs``), so no second copy
+        out = torch.full((len(logits), self.native.V), float("-inf"), dtype=torch.float64)
+        out[:, self.native.ids] = logits.double()
+        return g, out
 
 
 def accelerate_head(head: Any, target: Llama) -> Any:

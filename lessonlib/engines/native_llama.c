@@ -52,6 +52,7 @@
 #endif
 
 #define MAX_T 64   /* engines/llama.py's MAX_T: longer calls run the readable forward */
+#define HEAD_MAX_T 4096  /* engines/llama.py's HEAD_MAX_T: an EAGLE-3 head's commit of a whole prompt */
 #define SPLIT (1 << 16)  /* a product or attention of fewer multiply-adds runs on one thread */
 
 /* 2 when this build uses AVX-512, 1 for AVX2/FMA/F16C, 0 for the portable C path (ARM, older x86) */
@@ -526,7 +527,7 @@ int eagle3_forward(const int *dims, void *const *mats, float *const *norms, cons
                    int n_logits, float *logits) {
     int C = dims[0], H = dims[1], G = dims[2], F = dims[3], V = dims[4], N = dims[5], S = dims[6];
     int n_pos = dims[7], f16 = dims[8], Fin = dims[9];
-    if (T < 1 || T > MAX_T || C % 16 || F % 16 || V % 16 || N % 16 || H % G || C % H || (C / H) % 16 ||
+    if (T < 1 || T > HEAD_MAX_T || C % 16 || F % 16 || V % 16 || N % 16 || H % G || C % H || (C / H) % 16 ||
         (Fin != C && (Fin % C || !mats[0])) || n_logits < 0 || n_logits > T)
         return -2;
     if (start < 0 || start + T > S) return -5;

@@ -110,7 +110,8 @@ class LlamaEagle3Head(nn.Module):
         Gathered once and kept while the embedding and ``d2t`` stay the same tensors (a gather of
         N rows each step would copy 19 MB, more than the head's layer reads)."""
         w = target.wte.weight
-        key = (w.data_ptr(), w.dtype, w.device, w._version, self.d2t.data_ptr(), self.d2t._version)
+        version = lambda t: -1 if t.is_inference() else t._version  # noqa: E731 (inference tensors keep none)
+        key = (w.data_ptr(), w.dtype, w.device, version(w), self.d2t.data_ptr(), version(self.d2t))
         if getattr(self, "_rows_key", None) != key:
             self._rows, self._rows_key = w.detach()[self.draft_ids], key
         return self._rows

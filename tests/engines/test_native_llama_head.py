@@ -21,7 +21,7 @@ from lessonlib.models.llm_heads import LlamaEagle3Head
 
 ATOL = 1e-4  # float32 weights: summation order only (measured ~1e-6 on logits of size ~1)
 F16_ATOL = 5e-2  # float16 weights: their rounding (measured ~5e-3)
-TINY = LlamaConfig(vocab_size=304, block_size=64, n_layer=8, n_head=4, n_kv_head=2, n_embd=64, n_hidden=64)
+TINY = LlamaConfig(vocab_size=304, block_size=128, n_layer=8, n_head=4, n_kv_head=2, n_embd=64, n_hidden=64)
 
 
 def tiny_pair(precision: str):
@@ -87,6 +87,24 @@ def test_every_kind_of_draft_step_matches_the_readable_head(pair):
         close(g_fast, g_slow, atol)
         close(l_fast, l_slow, atol)
     assert not torch.allclose(g_fast[0], g_fast[2])  # same token, same feature, other ancestors: the mask matters
+
+
+@torch.inference_mode()
+def test_a_commit_longer_than_the_targets_max_t_runs_in_c_too():
+    """A whole prompt's pairs in one call (the first commit): past the target's ``MAX_T``, below
+    the head's ``HEAD_MAX_T``, the C step still runs and matches the readable head."""
+    target, head, fast = tiny_pair("f32")
+    n = native_llama.MAX_T + 16
+    prompt = torch.randint(TINY.vocab_size, (1, n + 1), generator=torch.Generator().manual_seed(1))
+    _, fused = target(prompt, cache=target.new_cache(), return_hidden=head.layers)  # the readable prefill
+    calls = []
+    run = fast.native.run
+    fast.native.run = lambda *a: calls.append(len(a[0])) or run(*a)
+    g_slow, l_slow = head.step(target, prompt[0, 1:].numpy(), fused[0, :n], head.new_cache(), last=True)
+    g_fast, l_fast = fast.step(target, prompt[0, 1:].numpy(), fused[0, :n], fast.new_cache(), last=True)
+    assert calls == [n]
+    close(g_fast, g_slow, ATOL)
+    close(l_fast, l_slow, ATOL)
 
 
 def test_speculative_decoding_with_the_native_head_is_plain_greedy_decoding():
