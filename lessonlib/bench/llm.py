@@ -14,12 +14,19 @@ measures, the runs taking turns:
   reply copies the prompt) and ``chat`` (it does not); every greedy output must equal plain
   decoding's (checked in the run).
 
+Where Hugging Face transformers is installed (``requirements-peers.txt``; optional), the same
+weights as a ``LlamaForCausalLM`` (``bench.peer_hf.llama_to_hf``: the readable model's float32
+weights, logits equal) decode the edit prompts with ``generate``, plain and with its prompt
+lookup, beside lessonlib's fastest plain decoding, every call timed end to end (prefill included).
+
 Writes outputs/benchmarks/llm.{json,md}. Vocabulary: ``lessonlib.decoding.measures``.
 """
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import time
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, llm_engines
@@ -94,6 +101,36 @@ def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
     return out
 
 
+PEER_LOOKUP = 3  # transformers' prompt_lookup_num_tokens: the k of lessonlib's best lookup row on edit prompts
+
+
+def peer_rows(target, readable, prompt_list, new_tokens: int, repeats: int) -> dict | None:
+    """{method: tokens/s, the ratio to lessonlib's plain decoding on ``target`` and to transformers'
+    plain, whether the tokens equal lessonlib's}: transformers on the same weights, the three taking
+    turns on each prompt, each call timed end to end; None where transformers is not installed."""
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    from lessonlib.bench import peer_hf
+
+    hf = peer_hf.llama_to_hf(readable)
+
+    def ours(i):
+        start = time.perf_counter()
+        out, _ = generate(target, prompt_list[i], new_tokens)
+        return out, {"seconds_per_token": (time.perf_counter() - start) / new_tokens}
+
+    runs = {"lessonlib plain": ours, "HF plain generate": lambda i: peer_hf.hf_run(hf, prompt_list[i], new_tokens),
+            f"HF prompt lookup (prompt_lookup_num_tokens = {PEER_LOOKUP})": lambda i: peer_hf.hf_run(
+                hf, prompt_list[i], new_tokens, prompt_lookup_num_tokens=PEER_LOOKUP)}
+    best = interleaved(runs, len(prompt_list), repeats, seconds=lambda row: row["seconds_per_token"])
+    spt = {name: [row["seconds_per_token"] for _, row in results] for name, results in best.items()}
+    return {name: {"tokens_per_second": measures.summary([1 / s for s in spt[name]]),
+                   "over_lessonlib_plain": measures.summary([b / s for b, s in zip(spt["lessonlib plain"], spt[name])]),
+                   "over_hf_plain": measures.summary([h / s for h, s in zip(spt["HF plain generate"], spt[name])]),
+                   "tokens_equal_lessonlib": all(a == b for (a, _), (b, _) in zip(best[name], best["lessonlib plain"]))}
+            for name in runs}
+
+
 def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> dict:
     tokenizer = llama_tokenizer.load_tokenizer()
     sets = {kind: llm_prompts.prompts(tokenizer, kind, n_prompts) for kind in llm_prompts.KINDS}
@@ -105,7 +142,9 @@ def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> 
             targets = {name: model for name, (model, _) in llm_engines.models(False, BLOCK).items()}
             fastest, plain = baseline(targets, sets["edit"], new_tokens, repeats)
             report["by_threads"][str(n)] = {"plain": plain, "baseline_engine": fastest,
-                                           "methods": method_rows(targets[fastest], sets, new_tokens, repeats)}
+                                           "methods": method_rows(targets[fastest], sets, new_tokens, repeats),
+                                           "peers": peer_rows(targets[fastest], targets["readable f32"], sets["edit"],
+                                                              new_tokens, repeats)}
     report["load_average_after"] = os.getloadavg()  # (1, 5, 15 min): how busy the machine was
     return report
 
@@ -140,6 +179,18 @@ def markdown(report: dict) -> str:
                   "draft / round: a round's drafting in one-token target steps (a chain of K: K draft steps of "
                   "the head, so c = draft / round ÷ K); r: the verify forward over the round's tokens, the same "
                   "unit; both timed in the decoding loop."]
+        peers = at.get("peers")
+        if peers:
+            lines += ["", f"Hugging Face transformers on the same weights (float32, `generate`), edit prompts, each "
+                      f"call timed end to end (prefill included), taking turns with lessonlib's plain decoding on "
+                      f"`{at['baseline_engine']}`:", "",
+                      common.markdown_table(["method", "tokens/s", "speed vs lessonlib plain", "speed vs HF plain",
+                                             "tokens = lessonlib's"],
+                                            [[name, measures.fmt_spread(row["tokens_per_second"], 1, count=False),
+                                              measures.fmt_spread(row["over_lessonlib_plain"], 2, "×", count=False),
+                                              measures.fmt_spread(row["over_hf_plain"], 2, "×", count=False),
+                                              "yes" if row["tokens_equal_lessonlib"] else "no"]
+                                             for name, row in peers.items()])]
     return "\n".join(lines) + "\n"
 
 

@@ -80,3 +80,32 @@ def hf_run(model, prompt, new_tokens, **extra):
                                  min_new_tokens=new_tokens, **extra)
     seconds = time.perf_counter() - start
     return out[0, len(prompt) :].tolist(), {"seconds": seconds, "seconds_per_token": seconds / new_tokens}
+
+
+def llama_to_hf(model):
+    """The readable real LLM (``models.llama.Llama``) as a ``transformers.LlamaForCausalLM`` with
+    the same float32 weights (eval mode, on the CPU): q/k/v/o, gate/up/down and the norms map one
+    to one (the loader already undid GGUF's rotary permutation), the head tied to the embedding."""
+    tf = _transformers()
+    c = model.config
+    config = tf.LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.n_hidden,
+                            num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
+                            num_key_value_heads=c.n_kv_head, head_dim=c.head_dim, max_position_embeddings=c.block_size,
+                            rms_norm_eps=c.norm_eps, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+                            tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    hf = tf.LlamaForCausalLM(config).float()
+    ours = {k: v.detach().cpu().float() for k, v in model.state_dict().items()}
+    state = {"model.embed_tokens.weight": ours["wte.weight"], "model.norm.weight": ours["norm_f.weight"],
+             "lm_head.weight": ours["wte.weight"]}
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj", "norm_1": "input_layernorm",
+             "norm_2": "post_attention_layernorm"}
+    for i in range(c.n_layer):
+        for mine, theirs in names.items():
+            state[f"model.layers.{i}.{theirs}.weight"] = ours[f"blocks.{i}.{mine}.weight"]
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"Llama conversion left weights unset: missing {missing}, unexpected {unexpected}")
+    hf.tie_weights()
+    return hf.eval()
