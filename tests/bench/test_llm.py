@@ -61,5 +61,6 @@ def test_the_notebooks_reader_finds_exactly_the_eagle3_rows():
 
 def test_peer_rows_is_none_without_transformers(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
     assert llm.peer_rows(None, None, [[1, 2]], 4, 1) is None
