@@ -90,7 +90,8 @@ def llama_to_hf(model):
     c = model.config
     config = tf.LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.n_hidden,
                             num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
-                            num_key_value_heads=c.n_kv_head, head_dim=c.head_dim, max_position_embeddings=c.block_size,
+                            num_key_value_heads=c.n_kv_head, head_dim=c.head_dim,
+                            max_position_embeddings=c.block_size,
                             rms_norm_eps=c.norm_eps, tie_word_embeddings=True,
                             rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
                             attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
