@@ -94,7 +94,8 @@ def llama_to_hf(model):
                             max_position_embeddings=c.block_size,
                             rms_norm_eps=c.norm_eps, tie_word_embeddings=True,
                             rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-                            attention_bias=False, mlp_bias=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+                            attention_bias=False, mlp_bias=False,
+                            bos_token_id=None, eos_token_id=None, pad_token_id=None)
     hf = tf.LlamaForCausalLM(config).float()
     ours = {k: v.detach().cpu().float() for k, v in model.state_dict().items()}
     state = {"model.embed_tokens.weight": ours["wte.weight"], "model.norm.weight": ours["norm_f.weight"],
