@@ -13,7 +13,8 @@ from lessonlib import paths
 from lessonlib.bench import record
 from lessonlib.core import theory
 from lessonlib.course import skill
-from lessonlib.course.skill import draft_free
+from lessonlib.course.skill import draft_free, measured
+from lessonlib.course.skill.kinds_gate import MIN_SPEEDUP
 from lessonlib.course.skill.__main__ import main
 from lessonlib.decoding import fallback
 
@@ -319,6 +320,8 @@ def check_skill_arithmetic(markdown):
             assert speedup(cand["breakeven_alpha"], k, cand["c"], fc) == pytest.approx(1.0, abs=1e-9)
         chosen = ex["candidates"][ex["best_candidate"]]
         assert ex["fallback"]["alpha_off"] == pytest.approx(chosen["breakeven_alpha"])  # gate and fallback agree
+        if "measured" in ex and ex["measured"]["speedup"] < MIN_SPEEDUP:  # a measurement below the bar decides
+            assert not ex["speculate"] and ex["draft"] == "none"
         assert ex["fallback"]["r"] == pytest.approx(curve_cost(ex["k"] + 1, fc))
     for kind, g in block["gates"].items():
         alphas = block["alpha"][kind]
@@ -450,3 +453,37 @@ def test_draft_free_section_reads_the_record():
     for missing in ([], rows[3:4]):
         assert "none recorded yet" in "\n".join(draft_free.lines(missing)) and draft_free.lookup_k(missing) is None
     assert draft_free.lookup_k(rows) == 8  # the vLLM ngram config proposes the best lookup length
+
+
+def measured_row(method, k, t, median, threads=1, source="decode"):
+    spread = {"median": median, "q25": median - 0.05, "q75": median + 0.05}
+    return {"source": source, "method": method, "k": k, "temperature": t, "threads": threads, "speedup": spread,
+            "tau": spread, "prompts": 5, "corpus": "code", "new_tokens": 128}
+
+
+def test_a_prediction_never_overrides_a_measurement_of_the_same_setting():
+    """The synthetic draft is predicted on at T = 0 and 1 (K from its formula). The record's one-thread
+    rows of the same chain, K and temperature decide: under 1.1x off, at or above on with the
+    measurement cited; other K, two threads, truncation or a greedy q at T > 0 are other settings."""
+    m = synthetic_measurements()
+    examples = {ex["inputs"]["temperature"]: ex for ex in skill.worked_examples(m)}
+    assert examples[0.0]["speculate"] and examples[1.0]["speculate"]
+    k0, k1 = examples[0.0]["k"], examples[1.0]["k"]
+    rows = [measured_row(f"chain draft-kl K={k0}", k0, 0.0, 0.95), measured_row(f"chain draft-kl K={k0}", k0, 0.0, 1.05,
+                                                                                  source="kinds"),
+            measured_row(f"draft-kl chain K={k1} (decode loop) (T = 1)", k1, 1.0, 1.4, source="sampled"),
+            measured_row(f"chain draft-kl K={k1 + 1}", k1 + 1, 1.0, 0.5),  # another K
+            measured_row(f"chain draft-kl K={k1}", k1, 1.0, 0.5, threads=2),  # two threads
+            measured_row(f"draft-kl chain K={k1} (T = 1, top-p 0.95)", k1, 1.0, 0.5),  # truncation
+            measured_row(f"draft-kl chain K={k1} · greedy (T = 1)", k1, 1.0, 0.5)]  # the greedy candidate's
+    out = {ex["inputs"]["temperature"]: ex for ex in measured.overrule(list(examples.values()), rows, "draft-kl")}
+    assert not out[0.0]["speculate"] and out[0.0]["measured"]["speedup"] == pytest.approx(1.0)
+    assert out[0.0]["measured"]["rows"] == 2 and "does not override a measurement" in out[0.0]["reasons"][-1]
+    assert out[1.0]["speculate"] and out[1.0]["measured"] == {
+        "speedup": 1.4, "rows": 1, "k": k1, "methods": [f"sampled: draft-kl chain K={k1} (decode loop) (T = 1)"]}
+    assert out[2.0] == examples[2.0]  # nothing measured: the prediction stands
+    # rendered: the off decision and its reason in the worked example, no contradiction left
+    text = skill.build_skill(m, rows)
+    assert "- T = 0: candidates" in text and "→ **off**: plain decoding (measured 1.00×" in text
+    assert f"measured 1.40× at K = {k1}" in text and "the prediction stands unchecked" in text
+    check_skill_arithmetic(text)

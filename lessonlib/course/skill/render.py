@@ -22,7 +22,7 @@ import numpy as np
 from lessonlib import paths, runs
 from lessonlib.bench import record
 from lessonlib.core import theory
-from lessonlib.course.skill import concurrency, draft_free, kinds_gate, schema, sections, tables
+from lessonlib.course.skill import concurrency, draft_free, kinds_gate, measured, schema, sections, tables
 from lessonlib.course.skill.recommend import (
     MARGIN,
     breakeven_alpha_best_k,
@@ -94,7 +94,8 @@ def build_skill(m, record_rows=(), batch=None):
     x = _context(m)
     with reading("record"):
         x |= {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
-              "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows)}
+              "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows),
+              "examples": measured.overrule(x["examples"], record_rows, x["draft"])}
     x["batch"] = concurrency.load() if batch is None else batch
     with reading("batch"):
         batch_lines = concurrency.lines(x)

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from lessonlib.bench.common import cell, markdown_table
+from lessonlib.course.skill.kinds_gate import MIN_SPEEDUP
 from lessonlib.course.skill.recommend import alpha_from_tau, speedup_grid, verify_cost
 
 K_TABLE_MAX = 64  # the optimal-K table searches K = 1..64 (no cell of it comes near)
@@ -112,12 +113,18 @@ def _wallclock_table(x):
 def worked(x):
     lines = ["## Worked example: this course's models\n"]
     for ex in x["examples"]:
+        seen = ex.get("measured")
+        check = (f"; measured {seen['speedup']:.2f}× at K = {seen['k']} (median of {seen['rows']} rows of the table "
+                 "of record)" if seen and ex["speculate"] else "" if seen else "; not measured at this temperature: "
+                 "the prediction stands unchecked")
         lines.append(f"- T = {ex['inputs']['temperature']:g}: candidates " + ", ".join(
             f"{name} (α = {v['alpha']:.3f} teacher-forced, best K = {v['k']}, S = {v['expected_speedup']:.2f}, "
             f"gate T = {fmt(v['temperature_gate'])})" for name, v in ex["candidates"].items())
-            + f" → **{ex['draft']}**" + (f", K = {ex['k']}" if ex["speculate"] else "")
+            + (f" → **{ex['draft']}**, K = {ex['k']}{check}" if ex["speculate"] else " → **off**: plain decoding")
             + (f" ({'; '.join(ex['reasons'])})" if ex["reasons"] else "") + ".")
-    lines.append("")
+    lines += ["", "A decision rests on the measurement where the table of record has one for the same draft, K and "
+              f"temperature on one thread (the median over its rows, on at {MIN_SPEEDUP}× and above, as the per-kind "
+              "gate), and on the prediction only where none was measured.", ""]
     fb = x["m"].get("fallback")
     if fb:
         policy = fb.get("policy", {})
@@ -150,7 +157,9 @@ def configs(x):
         ex = examples[0]
         a = next(iter(ex["candidates"].values()))["alpha"]
         basis = (f"K = {k} is this course's recommendation for `{x['draft']}` at T = {ex['inputs']['temperature']:g} "
-                 f"(α = {a:.2f} teacher-forced, {x['c_text']})")
+                 f"(α = {a:.2f} teacher-forced, {x['c_text']})") if ex["speculate"] else (
+            f"K = {k} is what step 4 gives for `{x['draft']}` at T = {ex['inputs']['temperature']:g} (α = {a:.2f} "
+            f"teacher-forced, {x['c_text']}); on the course's CPU the measured speedup turned it off")
     else:
         basis = "K = 4 is the lesson's default"
     return [
