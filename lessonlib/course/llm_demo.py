@@ -74,3 +74,23 @@ def eagle3_rows(report: dict, threads: str = "1") -> dict[tuple[str, str], dict]
     methods = report.get("by_threads", {}).get(threads, {}).get("methods", {})
     return {(kind, name): row["spread"] for kind, by_method in methods.items() for name, row in by_method.items()
             if name.startswith((k.chain + " ", k.tree + " "))}
+
+
+def regime(sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), context: int = 128, repeats: int = 5) -> dict:
+    """The real LLM's regime on this machine, measured now: {"engine", "step_ms", "bound_ms",
+    "bandwidth_gb_s", "r": {n: t(n) / t(1)}} -- the fastest forward over n new tokens after a cached
+    ``context`` (the sizes taking turns, ``repeats`` rounds), and the bound = the weight bytes a
+    step reads / this machine's read bandwidth (``bench.bandwidth.read_bandwidth``)."""
+    from lessonlib.bench.bandwidth import read_bandwidth
+    from lessonlib.decoding.timing import pass_times
+    from lessonlib.engines.llama import load_llm
+
+    model = load_llm("auto", block_size=context + max(sizes) + 8)
+    nbytes = model.native.nbytes if model.engine == "native" else sum(p.numel() * 4 for p in model.parameters())
+    best = {n: float("inf") for n in sizes}
+    for _ in range(repeats):
+        for n, s in pass_times(model, sizes, context=context, repeats=1).items():
+            best[n] = min(best[n], s)
+    bandwidth = read_bandwidth(256 << 20)
+    return {"engine": model.engine, "step_ms": 1e3 * best[1], "bound_ms": 1e3 * nbytes / bandwidth,
+            "bandwidth_gb_s": bandwidth / 1e9, "r": {n: best[n] / best[1] for n in sizes}}
