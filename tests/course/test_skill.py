@@ -14,8 +14,8 @@ from lessonlib.bench import record
 from lessonlib.core import theory
 from lessonlib.course import skill
 from lessonlib.course.skill import draft_free, measured
-from lessonlib.course.skill.kinds_gate import MIN_SPEEDUP
 from lessonlib.course.skill.__main__ import main
+from lessonlib.course.skill.kinds_gate import MIN_SPEEDUP
 from lessonlib.decoding import fallback
 
 ALPHAS = (0.05, 0.2, 0.4, 0.6, 0.75, 0.9, 0.97)

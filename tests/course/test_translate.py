@@ -437,3 +437,15 @@ def test_stats_does_not_call_a_truncated_catalog_complete(course, capsys):
     line, = [x for x in capsys.readouterr().out.splitlines() if x.startswith("notebooks/00_start_here.ipynb")]
     assert "marked complete, but not" in line
     assert not line.endswith("  complete")
+
+
+def test_check_lists_pending_sentences_and_passes(monkeypatch, capsys):
+    """A printed sentence with no Persian yet is pending: listed, the check passes; a problem fails."""
+    monkeypatch.setattr(translate, "problems", lambda root, names=(): [])
+    monkeypatch.setattr(translate, "pending", lambda root, names=(): ["claims.po: untranslated: 'a new claim'"])
+    assert translate.main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert "the Persian edition is up to date" in out and "pending (1: shown in English" in out
+    assert "claims.po: untranslated: 'a new claim'" in out and "complete" not in out
+    monkeypatch.setattr(translate, "problems", lambda root, names=(): ["claims.po: fuzzy: 'x'"])
+    assert translate.main(["check"]) == 1
