@@ -728,3 +728,24 @@ MUTANTS += [  # the real LLM's native forward and EAGLE-3's draft step in C (nat
      "        if start + T > cache.capacity + 1:\n            raise ValueError(f\"head's",
      "the native head's capacity check one position too lax (the C call refuses it, not by name)"),
 ]
+
+MEASURED, CLAIMCAT, MSGCAT = ("lessonlib/course/skill/measured.py", "lessonlib/course/claim_catalogue.py",
+                              "lessonlib/course/message_catalogue.py")
+SELF, TRAIN_LLM = "lessonlib/models/llm_selfdistill.py", "lessonlib/models/train_llm_heads.py"
+TESTS[MEASURED] = ["tests/course/test_skill.py"]
+TESTS[CLAIMCAT] = ["tests/course/test_claims_fa.py"]
+TESTS[MSGCAT] = ["tests/course/test_messages.py"]
+TESTS[SELF] = TESTS[TRAIN_LLM] = ["tests/models/test_llm_selfdistill.py"]
+MUTANTS += [  # what decides from measurements, what is pending, and the self-distilled data
+    ("bench", MEASURED, "r.get(\"threads\") != 1 or", "", "the skill's measured override reads two-thread rows too"),
+    ("bench", MEASURED, "            if median < MIN_SPEEDUP and ex[\"speculate\"]:",
+     "            if median < 1.0 and ex[\"speculate\"]:", "the measured override turns off only below 1x, not 1.1x"),
+    ("bench", MEASURED, "or any(t in method for t in TRUNCATION)", "",
+     "the measured override reads rows measured under top-k / top-p / min-p"),
+    ("bench", CLAIMCAT, "        elif entry.fuzzy:\n            found.append(f\"fuzzy: {label}\")\n",
+     "", "a fuzzy claim translation is no longer a problem"),
+    ("bench", MSGCAT, "            continue  # pending", "            trouble.append(f\"{places[0]}: untranslated {template!r}\")",
+     "a message without translation fails the check again (authoring waits on translation)"),
+    ("heads", SELF, "held, train = stream(rows[-HELDOUT_CHATS:]), stream(rows[:-HELDOUT_CHATS])",
+     "held, train = stream(rows[-HELDOUT_CHATS:]), stream(rows)", "the held-out chats are trained on too"),
+]

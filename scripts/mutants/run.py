@@ -34,6 +34,7 @@ def copy_repository(dest: pathlib.Path) -> None:
     (dest / "lessonlib" / "assets").symlink_to(ROOT / "lessonlib" / "assets")  # checkpoints: read only
     shutil.copytree(ROOT / "tests", dest / "tests", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    (dest / "locale").symlink_to(ROOT / "locale")  # the Persian catalogues the message tests read: read only
 
 
 def tests_for(group: str, path: str) -> list[str]:

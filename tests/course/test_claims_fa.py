@@ -135,6 +135,12 @@ def test_extract_merges_like_the_notebook_catalogues_and_problems_name_each_gap(
     _translate(root, **{"{n} of {m} agree": "{n} موافق‌اند"})
     assert any("placeholders" in line for line in claim_catalogue.problems(root))
     _translate(root, **{"{n} of {m} agree": "{n} از {m} موافق‌اند"})
+    po = polib.pofile(str(claim_catalogue.path(root)), wrapwidth=0)  # a fuzzy entry: its English changed
+    po.find("{n} of {m} agree").flags.append("fuzzy")
+    claim_catalogue.path(root).write_text(str(po), encoding="utf-8")
+    assert claim_catalogue.problems(root) == ["fuzzy: '{n} of {m} agree'"]
+    po.find("{n} of {m} agree").flags.remove("fuzzy")
+    claim_catalogue.path(root).write_text(str(po), encoding="utf-8")
     # a new claim nobody extracted yet: pending, the check passes
     nb = nbformat.read(root / "notebooks" / "00_start_here.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell('claim("a brand new claim about {k}", True, k=1)', id="c9"))
