@@ -94,3 +94,31 @@ def regime(sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), context: int = 128, repe
     bandwidth = read_bandwidth(256 << 20)
     return {"engine": model.engine, "step_ms": 1e3 * best[1], "bound_ms": 1e3 * nbytes / bandwidth,
             "bandwidth_gb_s": bandwidth / 1e9, "r": {n: best[n] / best[1] for n in sizes}}
+
+
+def with_your_rule(verify_chain, new_tokens: int = 48, k: int = 2, temperature: float = 1.0, seed: int = 0,
+                   prompt: int = 0) -> dict:
+    """The real LLM sampling at ``temperature`` with the shipped EAGLE-3 head's chain of ``k``
+    drafts drawn from its q, every round judged by ``verify_chain`` (exercise 1b's contract:
+    ``decoding.round.chain_rule``): {"engine", "text", "tau", "alpha", "rounds", "tokens_per_second",
+    "new_tokens", "k", "temperature"} for one held-out chat prompt (numpy seed ``seed``)."""
+    import numpy as np
+
+    from lessonlib.core.tree_sampled import SampledRule
+    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter, load_eagle3_drafter
+    from lessonlib.decoding.round import chain_rule
+    from lessonlib.decoding.tree_decode import tree_generate
+    from lessonlib.engines.llama import load_llm
+    from lessonlib.models import llama_tokenizer, llm_prompts
+
+    model = load_llm("auto")
+    head = load_eagle3_drafter(model).head
+    tokenizer = llama_tokenizer.load_tokenizer()
+    ids = llm_prompts.prompts(tokenizer, "chat", prompt + 1)[prompt]
+    with chain_rule(verify_chain):
+        out, stats = tree_generate(model, LlamaHeadDrafter(head, model), ids, new_tokens,
+                                   rule=SampledRule((1,) * k), temperature=temperature,
+                                   rng=np.random.default_rng(seed))
+    return {"engine": model.engine, "text": llama_tokenizer.decode(tokenizer, out), "tau": stats.tau,
+            "alpha": stats.alpha, "rounds": stats.rounds, "tokens_per_second": stats.tokens_per_second,
+            "new_tokens": new_tokens, "k": k, "temperature": temperature}

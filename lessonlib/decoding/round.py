@@ -30,9 +30,10 @@ that samples (T > 1e-5) needs an explicit ``numpy.random.Generator``; greedy dec
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -217,6 +218,37 @@ def verify(target: GPT, cache: KVCache, root: int, proposal: Proposal,
     return check_finite_logits(logits.double().cpu().numpy()), hidden
 
 
+_CHAIN_RULES: list[Callable[..., Any]] = []  # the chain rules ``chain_rule`` swapped in, innermost last
+
+
+@contextlib.contextmanager
+def chain_rule(rule: Callable[..., Any]) -> Iterator[None]:
+    """Within the block, every sampled chain round is judged by ``rule(p_rows, q_rows,
+    draft_tokens, rng) -> emitted`` (``core.chain.verify_chain``'s contract: a student's exercise
+    1b) instead of the course's; what it emits must be an accepted prefix of the drafts and one
+    more token, or the round refuses it by name. The course's own rule is back after the block."""
+    if not callable(rule):
+        raise ValueError(f"rule must be a function (p_rows, q_rows, draft_tokens, rng) -> emitted, got {rule!r}")
+    _CHAIN_RULES.append(rule)
+    try:
+        yield
+    finally:
+        _CHAIN_RULES.pop()
+
+
+def _judge_chain(p_rows: np.ndarray, q_rows: np.ndarray, tokens: np.ndarray, rng: np.random.Generator) -> list[int]:
+    """The sampled chain's verdict: the course's ``verify_chain``, or the rule ``chain_rule`` swapped in."""
+    if not _CHAIN_RULES:
+        return verify_chain(p_rows, q_rows, tokens, rng, validate=False)
+    emitted = [int(t) for t in _CHAIN_RULES[-1](p_rows, q_rows, tokens, rng)]
+    n = len(emitted) - 1
+    if not 0 <= n <= len(tokens) or emitted[:n] != [int(t) for t in tokens[:n]] \
+            or not 0 <= emitted[-1] < p_rows.shape[1]:
+        raise ValueError(f"the chain rule must emit an accepted prefix of the drafts {list(map(int, tokens))} and one "
+                         f"more token id in [0, {p_rows.shape[1]}), got {emitted}")
+    return emitted
+
+
 def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,
            rng: np.random.Generator | None) -> tuple[list[int], list[int]]:
     """Step 3: (path, emitted) -- the accepted nodes and the tokens they emit plus one more.
@@ -230,8 +262,7 @@ def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,
     if proposal.q is not None:  # sampled drafts: the rule of the q they came from
         # rows straight from softmax are valid, so the rules skip their input checks
         if proposal.is_chain:
-            emitted = verify_chain(sampling.probs(logits), proposal.q, proposal.tokens,
-                                   cast(np.random.Generator, rng), validate=False)
+            emitted = _judge_chain(sampling.probs(logits), proposal.q, proposal.tokens, cast(np.random.Generator, rng))
             return list(range(len(emitted) - 1)), emitted
         path, emitted = verify_tree_sampled(proposal.parents, proposal.tokens, sampling.probs(logits), proposal.q,
                                             cast(np.random.Generator, rng), proposal.replacement, validate=False)

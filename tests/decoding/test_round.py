@@ -335,3 +335,35 @@ def test_non_finite_weights_and_a_head_for_another_width_are_refused():
     for make in (lambda: EagleDrafter(EagleHead(other), target), lambda: MedusaDrafter(MedusaHeads(other, 2), target)):
         with pytest.raises(ValueError, match="width 48.*width 32"):
             make()
+
+
+def test_chain_rule_swaps_the_judge_of_sampled_chains_and_checks_what_it_emits():
+    """``round.chain_rule(f)``: inside the block a sampled chain round calls f(p, q, drafts, rng)
+    (exercise 1b's contract) and keeps what it emits; an emission that is not an accepted prefix
+    and one token is refused by name; after the block the course's own rule judges again."""
+    from lessonlib.decoding.round import Proposal, Sampling, accept, chain_rule
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 6))
+    q = np.full((2, 6), 1 / 6)
+    proposal = Proposal.chain([4, 1], q)
+    seen = []
+
+    def mine(p_rows, q_rows, draft_tokens, r):
+        seen.append((p_rows.shape, q_rows is q, list(draft_tokens)))
+        return [4, 5]  # the first draft accepted, then a correction
+
+    with chain_rule(mine):
+        assert accept(proposal, logits, Sampling.of(1.0), rng) == ([0], [4, 5])
+        with pytest.raises(ValueError, match="accepted prefix of the drafts"):
+            with chain_rule(lambda p, q_, t, r: [1, 5]):  # the first draft was 4, not 1
+                accept(proposal, logits, Sampling.of(1.0), rng)
+    assert seen == [((3, 6), True, [4, 1])]
+    with chain_rule(mine):  # nested blocks unwind: the outer rule again after the inner one raised
+        accept(proposal, logits, Sampling.of(1.0), rng)
+    assert len(seen) == 2
+    path, emitted = accept(proposal, logits, Sampling.of(1.0), np.random.default_rng(1))  # the course's own rule
+    assert len(emitted) == len(path) + 1 and len(seen) == 2
+    with pytest.raises(ValueError, match="rule must be a function"):
+        with chain_rule("verify_chain"):
+            pass
