@@ -12,7 +12,10 @@ measures, the runs taking turns:
   (``decoding.llm_drafter``: the chains and trees of its kind in ``core.kinds.LLM_KINDS``, its
   draft step on the same engine) against plain decoding on two prompt sets (``models.llm_prompts``): ``edit`` (the
   reply copies the prompt) and ``chat`` (it does not); every greedy output must equal plain
-  decoding's (checked in the run).
+  decoding's (checked in the run);
+* at T = 1 on both sets, against plain sampling: the head's chain of two drafts drawn from its q
+  (the exact chain rule) and the same chain of its deterministic top-1 candidates (the sibling
+  rule), the temperature story of notebook 05 on the real LLM.
 
 Where Hugging Face transformers is installed (``requirements-peers.txt``; optional), the same
 weights as a ``LlamaForCausalLM`` (``bench.peer_hf.llama_to_hf``: the readable model's float32
@@ -27,6 +30,8 @@ import functools
 import importlib.util
 import os
 import time
+
+import numpy as np
 
 from lessonlib import cli, threads
 from lessonlib.bench import common, llm_engines
@@ -86,8 +91,30 @@ def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int) -> tuple
     return fastest, {name: rates[name] | {"greedy_equals_readable": tokens[name] == reference} for name in targets}
 
 
+SAMPLED_T = 1.0  # the temperature of the sampled rows: deterministic candidates against candidates drawn from q
+
+
+def sampled_methods(new_tokens: int, head) -> dict:
+    """name -> run(target, prompt, i) at T = ``SAMPLED_T``: the EAGLE-3 head's chain of two drafts, drawn
+    from its q (judged by the exact chain rule) or its deterministic top-1 candidates (judged by the
+    sibling rule, which accepts a candidate with p alone) -- the same shape, so the two differ only in
+    how the candidates were chosen; each with its own seeded generator (``i``: the prompt)."""
+    from lessonlib.core import tree
+    from lessonlib.core.tree_sampled import SampledRule
+    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
+
+    k = core_kinds.kind(EAGLE3)
+    rules = {f"{k.chain} K=2 · sampled (T = {SAMPLED_T:g})": SampledRule((1, 1)),
+             f"{k.chain} K=2 · deterministic (T = {SAMPLED_T:g})":
+                 functools.partial(tree.draft_topk, branching=(1, 1))}
+    return {name: (lambda m, p, i, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule,
+                                                            temperature=SAMPLED_T, rng=np.random.default_rng(i)))
+            for name, rule in rules.items()}
+
+
 def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
-    """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved."""
+    """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved; at
+    greedy decoding (the outputs must equal plain decoding's) and, under "<set> · T = 1", sampling."""
     from lessonlib.decoding.llm_drafter import load_eagle3_drafter
 
     head = load_eagle3_drafter(target).head  # the shipped head, its draft step on the target's engine
@@ -98,6 +125,13 @@ def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
         timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens), runs, prompt_list,
                                      repeats, same_tokens=True)
         out[kind] = {name: {"spread": measures.summarise(rows), "prompts": len(rows)} for name, rows in timed.items()}
+        sampled = {name: (lambda prompt, i, fn=fn: fn(target, prompt, i))
+                   for name, fn in sampled_methods(new_tokens, head).items()}
+        timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens, SAMPLED_T,
+                                                                np.random.default_rng(i)),
+                                     sampled, prompt_list, repeats)
+        out[f"{kind} · T = {SAMPLED_T:g}"] = {name: {"spread": measures.summarise(rows), "prompts": len(rows)}
+                                              for name, rows in timed.items()}
     return out
 
 

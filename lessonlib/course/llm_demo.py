@@ -65,15 +65,16 @@ def run_eagle3(new_tokens: int = 64, k: int = 2, repeats: int = 2, prompt: int =
             "k": k}
 
 
-def eagle3_rows(report: dict, threads: str = "1") -> dict[tuple[str, str], dict]:
+def eagle3_rows(report: dict, threads: str = "1", sampled: bool = False) -> dict[tuple[str, str], dict]:
     """{(prompt set, method): its summary} of the EAGLE-3 rows of a ``bench llm`` report at
-    ``threads`` (the methods named after ``core.kinds``' real-LLM kind); empty when it has none."""
+    ``threads`` (the methods named after ``core.kinds``' real-LLM kind): the greedy ones, or with
+    ``sampled`` the ones at T = 1 (their prompt set is "<set> · T = 1"); empty when it has none."""
     from lessonlib.core import kinds
 
     k = kinds.kind("smollm2-eagle3")
     methods = report.get("by_threads", {}).get(threads, {}).get("methods", {})
     return {(kind, name): row["spread"] for kind, by_method in methods.items() for name, row in by_method.items()
-            if name.startswith((k.chain + " ", k.tree + " "))}
+            if name.startswith((k.chain + " ", k.tree + " ")) and (" · T = " in kind) == sampled}
 
 
 def regime(sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), context: int = 128, repeats: int = 5) -> dict:

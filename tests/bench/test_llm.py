@@ -52,8 +52,12 @@ def test_a_report_renders_every_row_and_the_peer_table_only_when_measured():
 
 
 def test_the_notebooks_reader_finds_exactly_the_eagle3_rows():
-    rows = llm_demo.eagle3_rows(report(None))
+    rep = report(None)
+    rep["by_threads"]["1"]["methods"]["chat · T = 1"] = {"EAGLE-3 chain K=2 · sampled (T = 1)": {
+        "spread": {"alpha": spread(0.3)}, "prompts": 5}}
+    rows = llm_demo.eagle3_rows(rep)
     assert set(rows) == {("edit", "EAGLE-3 chain K=2"), ("chat", "EAGLE-3 chain K=2")}
+    assert set(llm_demo.eagle3_rows(rep, sampled=True)) == {("chat · T = 1", "EAGLE-3 chain K=2 · sampled (T = 1)")}
     assert llm_demo.eagle3_rows(report(None), threads="2") == {}
     assert measures.fmt_spread(rows[("chat", "EAGLE-3 chain K=2")]["speedup"], 2, "×", count=False) == \
         "0.97× [0.81, 1.10]"
