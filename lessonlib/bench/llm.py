@@ -61,26 +61,29 @@ DEFAULTS = {"prompts": 5, "new_tokens": 128, "repeats": 2}
 BLOCK = 1024  # positions each model serves: the longest edit prompt (~450 tokens) and its reply fit
 
 
-def methods(new_tokens: int, head=None) -> dict:
+def methods(new_tokens: int, head=None, stop: int | None = None) -> dict:
     """name -> run(target, prompt): the draft-free methods and, given the EAGLE-3 ``head`` (on the
     target's engine), its chains and tree, each against plain decoding."""
     from lessonlib.core import tree
     from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
 
-    out = {f"prompt lookup k={k}": (lambda m, p, k=k: lookup_generate(m, p, new_tokens, k=k)) for k in LOOKUP_KS}
-    out["lookahead W4 N3 G4"] = lambda m, p: lookahead_generate(m, p, new_tokens, window=4, ngram=3, guesses=4)
+    out = {f"prompt lookup k={k}": (lambda m, p, k=k: lookup_generate(m, p, new_tokens, k=k, stop=stop))
+           for k in LOOKUP_KS}
+    out["lookahead W4 N3 G4"] = lambda m, p: lookahead_generate(m, p, new_tokens, window=4, ngram=3, guesses=4,
+                                                                stop=stop)
     if head is not None:
         for name, shape in head_shapes().items():
             rule = functools.partial(tree.draft_topk, branching=shape)
-            out[name] = lambda m, p, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule)
+            out[name] = lambda m, p, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule,
+                                                              stop=stop)
     return out
 
 
-def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int) -> tuple[str, dict]:
+def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int, stop: int | None = None) -> tuple[str, dict]:
     """(engine, {engine: plain tokens/s summary}): the engines' plain decoding taking turns on each
     prompt; the fastest engine among those whose greedy tokens equal the readable float32 model's
     on every prompt is the baseline of every speedup."""
-    runs = {name: (lambda i, m=m: generate(m, prompt_list[i], new_tokens)) for name, m in targets.items()}
+    runs = {name: (lambda i, m=m: generate(m, prompt_list[i], new_tokens, stop=stop)) for name, m in targets.items()}
     best = interleaved(runs, len(prompt_list), repeats)
     tokens = {name: [out for out, _ in results] for name, results in best.items()}
     reference = tokens.get("readable f32", next(iter(tokens.values())))
@@ -94,7 +97,7 @@ def baseline(targets: dict, prompt_list, new_tokens: int, repeats: int) -> tuple
 SAMPLED_T = 1.0  # the temperature of the sampled rows: deterministic candidates against candidates drawn from q
 
 
-def sampled_methods(new_tokens: int, head) -> dict:
+def sampled_methods(new_tokens: int, head, stop: int | None = None) -> dict:
     """name -> run(target, prompt, i) at T = ``SAMPLED_T``: the EAGLE-3 head's chain of two drafts, drawn
     from its q (judged by the exact chain rule) or its deterministic top-1 candidates (judged by the
     sibling rule, which accepts a candidate with p alone) -- the same shape, so the two differ only in
@@ -108,11 +111,12 @@ def sampled_methods(new_tokens: int, head) -> dict:
              f"{k.chain} K=2 · deterministic (T = {SAMPLED_T:g})":
                  functools.partial(tree.draft_topk, branching=(1, 1))}
     return {name: (lambda m, p, i, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule,
-                                                            temperature=SAMPLED_T, rng=np.random.default_rng(i)))
+                                                            temperature=SAMPLED_T, rng=np.random.default_rng(i),
+                                                            stop=stop))
             for name, rule in rules.items()}
 
 
-def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
+def method_rows(target, sets: dict, new_tokens: int, repeats: int, stop: int | None = None) -> dict:
     """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved; at
     greedy decoding (the outputs must equal plain decoding's) and, under "<set> · T = 1", sampling."""
     from lessonlib.decoding.llm_drafter import load_eagle3_drafter
@@ -120,15 +124,15 @@ def method_rows(target, sets: dict, new_tokens: int, repeats: int) -> dict:
     head = load_eagle3_drafter(target).head  # the shipped head, its draft step on the target's engine
     out = {}
     for kind, prompt_list in sets.items():
-        table = methods(new_tokens, head)
+        table = methods(new_tokens, head, stop)
         runs = {name: (lambda prompt, i, fn=fn: fn(target, prompt)) for name, fn in table.items()}
-        timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens), runs, prompt_list,
-                                     repeats, same_tokens=True)
+        timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens, stop=stop), runs,
+                                     prompt_list, repeats, same_tokens=True)
         out[kind] = {name: {"spread": measures.summarise(rows), "prompts": len(rows)} for name, rows in timed.items()}
         sampled = {name: (lambda prompt, i, fn=fn: fn(target, prompt, i))
-                   for name, fn in sampled_methods(new_tokens, head).items()}
+                   for name, fn in sampled_methods(new_tokens, head, stop).items()}
         timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens, SAMPLED_T,
-                                                                np.random.default_rng(i)),
+                                                                np.random.default_rng(i), stop=stop),
                                      sampled, prompt_list, repeats)
         out[f"{kind} · T = {SAMPLED_T:g}"] = {name: {"spread": measures.summarise(rows), "prompts": len(rows)}
                                               for name, rows in timed.items()}
@@ -168,15 +172,16 @@ def peer_rows(target, readable, prompt_list, new_tokens: int, repeats: int) -> d
 def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> dict:
     tokenizer = llama_tokenizer.load_tokenizer()
     sets = {kind: llm_prompts.prompts(tokenizer, kind, n_prompts) for kind in llm_prompts.KINDS}
+    stop = llama_tokenizer.end_of_turn(tokenizer)  # a reply ends there: no tokens after it are timed
     report = {"machine": common.machine(), "load_average": os.getloadavg(), "prompts": n_prompts,
-              "new_tokens": new_tokens, "repeats": repeats,
+              "new_tokens": new_tokens, "stop": llama_tokenizer.END_OF_TURN, "repeats": repeats,
               "target": TARGET, "by_threads": {}}
     for n in thread_counts:
         with threads.using(n):
             targets = {name: model for name, (model, _) in llm_engines.models(False, BLOCK).items()}
-            fastest, plain = baseline(targets, sets["edit"], new_tokens, repeats)
+            fastest, plain = baseline(targets, sets["edit"], new_tokens, repeats, stop)
             report["by_threads"][str(n)] = {"plain": plain, "baseline_engine": fastest,
-                                           "methods": method_rows(targets[fastest], sets, new_tokens, repeats),
+                                           "methods": method_rows(targets[fastest], sets, new_tokens, repeats, stop),
                                            "peers": peer_rows(targets[fastest], targets["readable f32"], sets["edit"],
                                                               new_tokens, repeats)}
     report["load_average_after"] = os.getloadavg()  # (1, 5, 15 min): how busy the machine was
@@ -185,7 +190,8 @@ def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> 
 
 def markdown(report: dict) -> str:
     lines = [f"# The real LLM: {report['target']}", "",
-             f"{report['prompts']} prompts per set × {report['new_tokens']} new tokens, fastest of "
+             f"{report['prompts']} prompts per set × at most {report['new_tokens']} new tokens (a reply ends at "
+             f"`{report.get('stop', 'the budget')}`), fastest of "
              f"{report['repeats']} runs each, median [IQR] over prompts; every method interleaved with plain "
              "decoding of the same prompt on the same engine, greedy outputs equal plain decoding's (checked). "
              "Load average (1, 5, 15 min) before and after: "

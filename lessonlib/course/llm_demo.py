@@ -23,8 +23,9 @@ def run(new_tokens: int = 64, k: int = 5, repeats: int = 2, prompt: int = 0) -> 
     model = load_llm("auto")
     tokenizer = llama_tokenizer.load_tokenizer()
     ids = llm_prompts.prompts(tokenizer, "edit", prompt + 1)[prompt]
-    runs = {"plain": lambda i: generate(model, ids, new_tokens),
-            "lookup": lambda i: lookup_generate(model, ids, new_tokens, k=k)}
+    stop = llama_tokenizer.end_of_turn(tokenizer)  # the reply ends there
+    runs = {"plain": lambda i: generate(model, ids, new_tokens, stop=stop),
+            "lookup": lambda i: lookup_generate(model, ids, new_tokens, k=k, stop=stop)}
     best = interleaved(runs, 1, repeats)
     (plain, plain_stats), (lookup, lookup_stats) = best["plain"][0], best["lookup"][0]
     return {"engine": model.engine, "prompt": llm_prompts.messages("edit", prompt + 1)[prompt][0]["content"],
@@ -52,10 +53,12 @@ def run_eagle3(new_tokens: int = 64, k: int = 2, repeats: int = 2, prompt: int =
 
     model = load_llm("auto")
     head = load_eagle3_drafter(model).head  # its draft step on the target's engine
-    ids = llm_prompts.prompts(llama_tokenizer.load_tokenizer(), "chat", prompt + 1)[prompt]
+    tokenizer = llama_tokenizer.load_tokenizer()
+    ids, stop = llm_prompts.prompts(tokenizer, "chat", prompt + 1)[prompt], llama_tokenizer.end_of_turn(tokenizer)
     chain = functools.partial(tree.draft_topk, branching=(1,) * k)
-    runs = {"plain": lambda i: generate(model, ids, new_tokens),
-            "eagle3": lambda i: tree_generate(model, LlamaHeadDrafter(head, model), ids, new_tokens, rule=chain)}
+    runs = {"plain": lambda i: generate(model, ids, new_tokens, stop=stop),
+            "eagle3": lambda i: tree_generate(model, LlamaHeadDrafter(head, model), ids, new_tokens, rule=chain,
+                                              stop=stop)}
     best = interleaved(runs, 1, repeats)
     (plain, plain_stats), (spec, spec_stats) = best["plain"][0], best["eagle3"][0]
     step = plain_stats.target_forward_seconds
@@ -119,7 +122,7 @@ def with_your_rule(verify_chain, new_tokens: int = 48, k: int = 2, temperature: 
     with chain_rule(verify_chain):
         out, stats = tree_generate(model, LlamaHeadDrafter(head, model), ids, new_tokens,
                                    rule=SampledRule((1,) * k), temperature=temperature,
-                                   rng=np.random.default_rng(seed))
+                                   rng=np.random.default_rng(seed), stop=llama_tokenizer.end_of_turn(tokenizer))
     return {"engine": model.engine, "text": llama_tokenizer.decode(tokenizer, out), "tau": stats.tau,
             "alpha": stats.alpha, "rounds": stats.rounds, "tokens_per_second": stats.tokens_per_second,
             "new_tokens": new_tokens, "k": k, "temperature": temperature}

@@ -26,6 +26,7 @@ from lessonlib.decoding.round import (
     check_budget,
     check_drafter,
     check_sampling_rng,
+    check_stop,
     feed,
     run_rounds,
 )
@@ -99,15 +100,17 @@ def next_token(logits_row: np.ndarray, temperature: float | Sampling, rng: np.ra
 
 @torch.inference_mode()
 def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: float | Sampling = 0.0,
-             rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
+             rng: np.random.Generator | None = None, stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """Plain autoregressive decoding: one target forward per new token (the baseline).
 
-    ``rng``: a numpy Generator, needed when temperature > 1e-5. Returns (new_tokens,
+    ``rng``: a numpy Generator, needed when temperature > 1e-5. ``stop``: a token id after which
+    decoding ends (an end-of-turn token; the output ends with it). Returns (new_tokens,
     ``DecodeStats``): its ``target_forward_seconds`` is one one-token step in the loop.
     """
     sampling = Sampling.of(temperature)
     max_new_tokens = check_budget(model, prompt_tokens, max_new_tokens)
     rng = check_sampling_rng(sampling, rng)
+    stop = check_stop(stop, model.config.vocab_size)
     clock = Clock(model.device)
     cache = model.new_cache()
     logits = clock("prefill", feed, model, cache, list(prompt_tokens), rows=1)[-1]  # (V,) float64
@@ -115,17 +118,18 @@ def generate(model: GPT, prompt_tokens: Ids, max_new_tokens: int, temperature: f
     start = time.perf_counter()
     for i in range(max_new_tokens):
         new.append(next_token(logits, sampling, rng))
+        if new[-1] == stop:
+            break
         if i + 1 < max_new_tokens:
             logits = clock("target", feed, model, cache, [new[-1]])[-1]
-    stats = DecodeStats("plain", sampling.temperature, max_new_tokens, rounds=max_new_tokens,
-                        emitted=max_new_tokens)
+    stats = DecodeStats("plain", sampling.temperature, len(new), rounds=len(new), emitted=len(new))
     return new, stats.finish(time.perf_counter() - start, clock)
 
 
 @torch.inference_mode()
 def speculative_generate(target: GPT, draft: GPT, prompt_tokens: Ids, k: int, max_new_tokens: int,
-                         temperature: float | Sampling = 0.0, rng: np.random.Generator | None = None
-                         ) -> tuple[list[int], DecodeStats]:
+                         temperature: float | Sampling = 0.0, rng: np.random.Generator | None = None,
+                         stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """Chain speculative decoding: the draft proposes k tokens (sampled from its q at T > 0),
     the target verifies them in one forward, the exact rule (``verify_chain``;
     ``verify_greedy`` at T <= 1e-5) accepts a prefix and adds one token, and both caches roll
@@ -147,4 +151,4 @@ def speculative_generate(target: GPT, draft: GPT, prompt_tokens: Ids, k: int, ma
     max_new_tokens = check_budget(target, prompt_tokens, max_new_tokens, extra=k - 1, name="the target")
     check_budget(draft, prompt_tokens, max_new_tokens, extra=k - 2, name="the draft")
     rng = check_sampling_rng(sampling, rng)
-    return run_rounds(target, drafter, None, prompt_tokens, max_new_tokens, sampling, rng, "chain", k=k)
+    return run_rounds(target, drafter, None, prompt_tokens, max_new_tokens, sampling, rng, "chain", k=k, stop=stop)

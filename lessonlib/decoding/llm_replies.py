@@ -46,7 +46,7 @@ def make_replies(deadline: float, limit: int | None = None) -> int:
     from tqdm import tqdm
 
     from lessonlib.engines.llama import load_llm
-    from lessonlib.models.llama_tokenizer import encode_chat, load_tokenizer
+    from lessonlib.models.llama_tokenizer import encode_chat, end_of_turn, load_tokenizer
 
     path = llm_selfdistill.folder() / "replies.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,9 +57,7 @@ def make_replies(deadline: float, limit: int | None = None) -> int:
     if len(rows) >= stop:
         return len(rows)
     tok = load_tokenizer()
-    eos = tok.token_to_id("<|im_end|>")
-    if eos is None:
-        raise ValueError("the tokenizer has no <|im_end|> token: not SmolLM2's")
+    eos = end_of_turn(tok)
     model = load_llm("auto", block_size=1024)
     began = time.time()
     with open(path, "a") as f, tqdm(total=stop, initial=len(rows), unit="chat", desc="replies") as bar:

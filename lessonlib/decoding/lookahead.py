@@ -147,7 +147,7 @@ def _check_args(window: int, ngram: int, guesses: int, temperature: float) -> tu
 @torch.inference_mode()
 def lookahead_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, window: int = 4, ngram: int = 3,
                        guesses: int = 4, temperature: float | Sampling = 0.0, rng: np.random.Generator | None = None,
-                       seed: int = 0) -> tuple[list[int], DecodeStats]:
+                       seed: int = 0, stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """Lookahead decoding: ``window`` columns, n-grams of ``ngram`` tokens, up to ``guesses``
     pool n-grams verified per round. Greedy at T <= 1e-5 (the output is the target's greedy
     output), else exact sampling at ``temperature`` (``rng``, a numpy Generator, draws the
@@ -166,7 +166,7 @@ def lookahead_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, win
     rng = check_sampling_rng(sampling, rng)
     drafter = LookaheadDrafter(window, ngram, guesses, np.random.default_rng(seed).choice(list(prompt_tokens), window))
     out, stats = run_rounds(target, drafter, None, prompt_tokens, max_new_tokens, sampling, rng, "tree",
-                            after_round=drafter.after_round)
+                            after_round=drafter.after_round, stop=stop)
     stats.extra |= {"window": window, "ngram": ngram, "guesses": guesses, "pool_rounds": int(drafter.from_pool),
                     "window_rounds": int(drafter.from_window), "pool_size": len(drafter.pool)}
     return out, stats

@@ -266,8 +266,8 @@ class CombinedDrafter(RuleDrafter):
 
 def lookup_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, k: int = 10, max_ngram: int = 3,
                     min_ngram: int = 1, matches: int = 1, prefer: str = "recent", draft: GPT | None = None,
-                    k_model: int = 3, temperature: float = 0.0,
-                    rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
+                    k_model: int = 3, temperature: float = 0.0, rng: np.random.Generator | None = None,
+                    stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """Prompt lookup decoding: the tree loop (``tree_decode.tree_generate``) with a fresh
     ``PromptLookupDrafter`` and ``draft_support``; with a ``draft`` model, the
     ``CombinedDrafter`` (its greedy chain of ``k_model`` where nothing matches). Exact at every
@@ -286,7 +286,7 @@ def lookup_generate(target: GPT, prompt_tokens: Ids, max_new_tokens: int, k: int
                          f"and {target.config.vocab_size}")
     lookup = PromptLookupDrafter(target.config.vocab_size, k, max_ngram, min_ngram, matches, prefer)
     drafter = lookup if draft is None else CombinedDrafter(lookup, ModelDrafter(draft), k_model)
-    out, stats = tree_generate(target, drafter, prompt_tokens, max_new_tokens, None, temperature, rng)
+    out, stats = tree_generate(target, drafter, prompt_tokens, max_new_tokens, None, temperature, rng, stop)
     counts = lookup.stats()
     # the lookup's own count of its drafts (the loop's alpha counts the model's rounds too)
     stats.extra |= {"match_rate": counts["match_rate"], "lookup_accepted": counts["accepted"],

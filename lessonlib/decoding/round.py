@@ -346,16 +346,25 @@ def check_drafter(target: GPT, drafter: Drafter, prompt_tokens: Ids) -> None:
         raise ValueError("prompt_tokens must hold at least 2 tokens for a feature-based drafter")
 
 
+def check_stop(stop: Any, vocab_size: int) -> int | None:
+    """``stop``: None, or the token id a loop stops after (an end-of-turn token), in [0, vocab_size)."""
+    return None if stop is None else check_int(stop, "stop", 0, vocab_size - 1)
+
+
 def run_rounds(target: GPT, drafter: Drafter, rule: Rule | None, prompt_tokens: Ids, max_new_tokens: int,
                sampling: Sampling, rng: np.random.Generator | None, loop: str, k: int | None = None,
-               after_round: Callable[[RoundResult, Clock], None] | None = None) -> tuple[list[int], DecodeStats]:
+               after_round: Callable[[RoundResult, Clock], None] | None = None,
+               stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """A prefill, then ``speculative_round`` until ``max_new_tokens`` are emitted (the budget and
-    the drafter are the caller's to check). Returns (new tokens, ``DecodeStats``).
+    the drafter are the caller's to check), or until a round emits ``stop`` (``check_stop``: the
+    output then ends with it, the tokens a round drafted past it dropped, and the stats count the
+    tokens delivered). Returns (new tokens, ``DecodeStats``).
 
     The target is prefilled with all but the prompt's last token (the first round's root), the
     drafter committed to the prompt (both timed as "prefill"); ``after_round(result, clock)``
     runs after every round (e.g. lookahead's window update, timed by the hook itself).
     """
+    stop = check_stop(stop, target.config.vocab_size)
     clock = Clock(target.device)
     seq = list(prompt_tokens)
     cache = target.new_cache()
@@ -377,5 +386,11 @@ def run_rounds(target: GPT, drafter: Drafter, rule: Rule | None, prompt_tokens: 
                            result.proposal.depth)
         if after_round is not None:
             after_round(result, clock)
+        if stop is not None and stop in result.emitted:
+            break
     stats.finish(time.perf_counter() - start, clock)
-    return seq[goal - max_new_tokens : goal], stats
+    new = seq[goal - max_new_tokens : goal]
+    if stop is not None and stop in new:
+        new = new[: new.index(stop) + 1]
+        stats.new_tokens = len(new)  # tokens per second count the tokens delivered
+    return new, stats

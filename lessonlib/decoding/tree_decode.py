@@ -41,7 +41,7 @@ DEFAULT_RULE = functools.partial(tree.draft_topk, branching=(3, 2, 2))
 @torch.inference_mode()
 def tree_generate(target: GPT, drafter: Drafter, prompt_tokens: Ids, max_new_tokens: int,
                   rule: Rule | None = DEFAULT_RULE, temperature: float | Sampling = 0.0,
-                  rng: np.random.Generator | None = None) -> tuple[list[int], DecodeStats]:
+                  rng: np.random.Generator | None = None, stop: int | None = None) -> tuple[list[int], DecodeStats]:
     """Tree speculative decoding. ``rule(expand) -> (parents, tokens, score)`` is a drafting
     rule of ``core.tree``, e.g. ``functools.partial(tree.draft_dynamic, depth=5, top_k=4,
     total=24)`` (deterministic candidates, judged by the sibling rule at T > 0), a
@@ -58,4 +58,4 @@ def tree_generate(target: GPT, drafter: Drafter, prompt_tokens: Ids, max_new_tok
     max_new_tokens = check_budget(target, prompt_tokens, max_new_tokens)
     check_drafter(target, drafter, prompt_tokens)
     rng = check_sampling_rng(sampling, rng)
-    return run_rounds(target, drafter, rule, prompt_tokens, max_new_tokens, sampling, rng, "tree")
+    return run_rounds(target, drafter, rule, prompt_tokens, max_new_tokens, sampling, rng, "tree", stop=stop)

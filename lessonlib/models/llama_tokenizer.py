@@ -81,6 +81,18 @@ def encode_chat(tokenizer: Tokenizer, messages: Sequence[Mapping[str, str]],
     return encode(tokenizer, chat_prompt(messages, add_generation_prompt))
 
 
+END_OF_TURN = "<|im_end|>"  # the chat template ends every turn with it: a reply is over when the model emits it
+
+
+def end_of_turn(tokenizer: Tokenizer) -> int:
+    """The id of ``END_OF_TURN``, where a reply stops (the decoding loops' ``stop``); ValueError
+    when the tokenizer has none (not SmolLM2's)."""
+    found = tokenizer.token_to_id(END_OF_TURN)
+    if found is None:
+        raise ValueError(f"the tokenizer has no {END_OF_TURN} token: not SmolLM2's")
+    return int(found)
+
+
 def load_tokenizer() -> Tokenizer:
     """SmolLM2's tokenizer from the installed GGUF file (its tables cached by ``gguf_load``)."""
     from lessonlib.models.gguf_load import load_tokenizer_spec
