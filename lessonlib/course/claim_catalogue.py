@@ -297,11 +297,6 @@ def faults(english: str, persian: str) -> list[str]:
     return found
 
 
-def _is_new(change: str) -> bool:
-    """A change ``extract`` would make that only adds an entry for a new claim (nothing to fix)."""
-    return change.startswith("new: ")
-
-
 def problems(root: pathlib.Path = ROOT) -> list[str]:
     """What is wrong with the claim catalogue (empty: nothing): a claim that is not a literal, a
     catalogue out of step in any other way than new claims, an obsolete or fuzzy entry, a
@@ -310,7 +305,7 @@ def problems(root: pathlib.Path = ROOT) -> list[str]:
     a claim never waits for its translation."""
     po, changes, errors = catalogue_for(root)
     found = [f"not a literal: {e}" for e in errors]
-    other = [c for c in changes if not _is_new(c)]
+    other = [c for c in changes if not c.startswith("new: ")]  # a new claim is pending, not wrong
     if other:
         found.append(f"{CATALOGUE} is not in step with the notebooks (run: {COMMAND}): " + "; ".join(other))
     for entry in po:
@@ -327,9 +322,9 @@ def problems(root: pathlib.Path = ROOT) -> list[str]:
 def pending(root: pathlib.Path = ROOT) -> list[str]:
     """The claims with no Persian yet (shown in English in the Persian edition until translated):
     entries without a translation, and new claims ``extract`` has not added yet."""
-    po, changes, _ = catalogue_for(root)
-    on_file = {(e.msgctxt, e.msgid) for e in po if not e.obsolete and not e.fuzzy and not e.msgstr.strip()}
-    return sorted(f"untranslated: {_label(ctx, msgid)}" for ctx, msgid in on_file)
+    po = catalogue_for(root)[0]
+    return sorted(f"untranslated: {_label(e.msgctxt, e.msgid)}" for e in po
+                  if not e.obsolete and not e.fuzzy and not e.msgstr.strip())
 
 
 def main(argv=None) -> int:

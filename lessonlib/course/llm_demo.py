@@ -104,13 +104,13 @@ def with_your_rule(verify_chain, new_tokens: int = 48, k: int = 2, temperature: 
                    prompt: int = 0) -> dict:
     """The real LLM sampling at ``temperature`` with the shipped EAGLE-3 head's chain of ``k``
     drafts drawn from its q, every round judged by ``verify_chain`` (exercise 1b's contract:
-    ``decoding.round.chain_rule``): {"engine", "text", "tau", "alpha", "rounds", "tokens_per_second",
+    ``decoding.chain_rule``): {"engine", "text", "tau", "alpha", "rounds", "tokens_per_second",
     "new_tokens", "k", "temperature"} for one held-out chat prompt (numpy seed ``seed``)."""
     import numpy as np
 
     from lessonlib.core.tree_sampled import SampledRule
+    from lessonlib.decoding.chain_rule import chain_rule
     from lessonlib.decoding.llm_drafter import LlamaHeadDrafter, load_eagle3_drafter
-    from lessonlib.decoding.round import chain_rule
     from lessonlib.decoding.tree_decode import tree_generate
     from lessonlib.engines.llama import load_llm
     from lessonlib.models import llama_tokenizer, llm_prompts

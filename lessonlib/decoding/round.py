@@ -30,10 +30,9 @@ that samples (T > 1e-5) needs an explicit ``numpy.random.Generator``; greedy dec
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -41,17 +40,18 @@ import numpy as np
 import torch
 
 from lessonlib.core import tree
-from lessonlib.core.chain import verify_chain, verify_greedy
+from lessonlib.core.chain import verify_greedy
 from lessonlib.core.sampling import GREEDY_TEMPERATURE, check_truncation, process
 from lessonlib.core.tree_sampled import verify_tree_sampled
 from lessonlib.core.validate import (
     SAMPLING_RNG,
     check_finite_logits,
-    check_int,
     check_rng,
     check_temperature,
     check_token_ids,
 )
+from lessonlib.decoding.budget import check_budget, check_drafter, check_stop  # noqa: F401 (the loops' names)
+from lessonlib.decoding.chain_rule import judge_chain
 from lessonlib.decoding.stats import DecodeStats
 from lessonlib.decoding.timing import Clock, Timer, untimed
 
@@ -218,37 +218,6 @@ def verify(target: GPT, cache: KVCache, root: int, proposal: Proposal,
     return check_finite_logits(logits.double().cpu().numpy()), hidden
 
 
-_CHAIN_RULES: list[Callable[..., Any]] = []  # the chain rules ``chain_rule`` swapped in, innermost last
-
-
-@contextlib.contextmanager
-def chain_rule(rule: Callable[..., Any]) -> Iterator[None]:
-    """Within the block, every sampled chain round is judged by ``rule(p_rows, q_rows,
-    draft_tokens, rng) -> emitted`` (``core.chain.verify_chain``'s contract: a student's exercise
-    1b) instead of the course's; what it emits must be an accepted prefix of the drafts and one
-    more token, or the round refuses it by name. The course's own rule is back after the block."""
-    if not callable(rule):
-        raise ValueError(f"rule must be a function (p_rows, q_rows, draft_tokens, rng) -> emitted, got {rule!r}")
-    _CHAIN_RULES.append(rule)
-    try:
-        yield
-    finally:
-        _CHAIN_RULES.pop()
-
-
-def _judge_chain(p_rows: np.ndarray, q_rows: np.ndarray, tokens: np.ndarray, rng: np.random.Generator) -> list[int]:
-    """The sampled chain's verdict: the course's ``verify_chain``, or the rule ``chain_rule`` swapped in."""
-    if not _CHAIN_RULES:
-        return verify_chain(p_rows, q_rows, tokens, rng, validate=False)
-    emitted = [int(t) for t in _CHAIN_RULES[-1](p_rows, q_rows, tokens, rng)]
-    n = len(emitted) - 1
-    if not 0 <= n <= len(tokens) or emitted[:n] != [int(t) for t in tokens[:n]] \
-            or not 0 <= emitted[-1] < p_rows.shape[1]:
-        raise ValueError(f"the chain rule must emit an accepted prefix of the drafts {list(map(int, tokens))} and one "
-                         f"more token id in [0, {p_rows.shape[1]}), got {emitted}")
-    return emitted
-
-
 def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,
            rng: np.random.Generator | None) -> tuple[list[int], list[int]]:
     """Step 3: (path, emitted) -- the accepted nodes and the tokens they emit plus one more.
@@ -262,7 +231,7 @@ def accept(proposal: Proposal, logits: np.ndarray, sampling: Sampling,
     if proposal.q is not None:  # sampled drafts: the rule of the q they came from
         # rows straight from softmax are valid, so the rules skip their input checks
         if proposal.is_chain:
-            emitted = _judge_chain(sampling.probs(logits), proposal.q, proposal.tokens, cast(np.random.Generator, rng))
+            emitted = judge_chain(sampling.probs(logits), proposal.q, proposal.tokens, cast(np.random.Generator, rng))
             return list(range(len(emitted) - 1)), emitted
         path, emitted = verify_tree_sampled(proposal.parents, proposal.tokens, sampling.probs(logits), proposal.q,
                                             cast(np.random.Generator, rng), proposal.replacement, validate=False)
@@ -315,40 +284,6 @@ def speculative_round(target: GPT, cache: KVCache, drafter: Drafter, rule: Rule 
     seq += emitted
     drafter.commit(seq, None if hidden is None else hidden[keep], clock)
     return RoundResult(proposal, path, emitted, logits)
-
-
-def check_budget(model: GPT, prompt_tokens: Ids, max_new_tokens: int, extra: int = 0,
-                 name: str = "the model") -> int:
-    """The prompt (token ids of ``model``'s vocabulary) and ``max_new_tokens`` (+ ``extra``
-    positions a round scores beyond them) must fit the context: exactly filling it is fine.
-    Returns max_new_tokens."""
-    if len(prompt_tokens) < 1:
-        raise ValueError("prompt_tokens must hold at least one token")
-    check_token_ids(prompt_tokens, model.config.vocab_size, "prompt_tokens")
-    max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=1)
-    need = len(prompt_tokens) + max_new_tokens + extra
-    if need > model.config.block_size:
-        ahead = f" + lookahead ({extra})" if extra > 0 else f" - {-extra}" if extra < 0 else ""
-        raise ValueError(
-            f"prompt ({len(prompt_tokens)}) + max_new_tokens ({max_new_tokens}){ahead} = {need} positions "
-            f"must fit the context of {name} ({model.config.block_size} tokens)"
-        )
-    return max_new_tokens
-
-
-def check_drafter(target: GPT, drafter: Drafter, prompt_tokens: Ids) -> None:
-    """What the round reads of a drafter, checked once: its vocabulary and its prompt needs."""
-    vocab = drafter.vocab_size
-    if vocab is not None and vocab != target.config.vocab_size:
-        raise ValueError(f"drafter and target must share a vocabulary, got sizes {vocab} "
-                         f"and {target.config.vocab_size}")
-    if len(prompt_tokens) < 2 and drafter.needs_features:
-        raise ValueError("prompt_tokens must hold at least 2 tokens for a feature-based drafter")
-
-
-def check_stop(stop: Any, vocab_size: int) -> int | None:
-    """``stop``: None, or the token id a loop stops after (an end-of-turn token), in [0, vocab_size)."""
-    return None if stop is None else check_int(stop, "stop", 0, vocab_size - 1)
 
 
 def run_rounds(target: GPT, drafter: Drafter, rule: Rule | None, prompt_tokens: Ids, max_new_tokens: int,

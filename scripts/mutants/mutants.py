@@ -45,6 +45,7 @@ DEC, ROUND, DSTATS, TREE_DEC, DRAFT, REF, FB, MS, MEAS, TIME = (
     f"lessonlib/decoding/{m}.py" for m in ("decode", "round", "stats", "tree_decode", "drafters", "reference",
                                            "fallback", "model_stream", "measures", "timing"))
 GPT, CKPT = "lessonlib/models/gpt.py", "lessonlib/models/checkpoints.py"
+BUDGET = "lessonlib/decoding/budget.py"  # the loops' checks, moved out of round.py
 
 MUTANTS = [
     # ------------------------------------------------------------------ core: sampling
@@ -197,8 +198,8 @@ MUTANTS = [
      "            clock(\"draft\", feed, self.model, self.cache, seq[:-1], rows=1)\n", "",
      "ChainDrafter.commit does not prefill an empty cache (the first draft step feeds the whole prompt: "
      "the prefill timed as a draft step, in c)"),
-    ("decoding", DEC, "max_new_tokens, rounds=max_new_tokens,",
-     "max_new_tokens, rounds=clock.calls.get(\"target\", 0),",
+    ("decoding", DEC, "len(new), rounds=len(new),",
+     "len(new), rounds=clock.calls.get(\"target\", 0),",
      "plain decoding forgets the prefill's forward (rounds counted from the timed one-token steps, "
      "not the tokens: the first token comes from the prefill)"),
     ("decoding", DEC, "extra=k - 1, name=\"the target\")", "extra=k - 2, name=\"the target\")",
@@ -238,8 +239,8 @@ MUTANTS = [
      "a tree that exactly fills the context rejected"),
     ("decoding", ROUND, "    if proposal.q is not None:  # sampled drafts", "    if False:  # sampled drafts",
      "a sampled chain judged by the sibling rule for deterministic candidates (its q ignored)"),
-    ("decoding", ROUND, "emitted = verify_chain(sampling.probs(logits), proposal.q",
-     "emitted = verify_chain(softmax(logits, sampling.draft_t), proposal.q",
+    ("decoding", ROUND, "emitted = judge_chain(sampling.probs(logits), proposal.q",
+     "emitted = judge_chain(sampling.draft_probs(logits), proposal.q",
      "target judged at the draft's temperature (the fallback stream's draft_temperature)"),
     ("decoding", ROUND, "            emitted = verify_greedy(logits, proposal.tokens, validate=False)\n"
      "            return list(range(len(emitted) - 1)), emitted",
@@ -256,9 +257,9 @@ MUTANTS = [
     ("decoding", ROUND, "out = clock(\"prefill\", feed, target, cache, seq[:-1], rows=1",
      "out = clock(\"prefill\", feed, target, cache, seq, rows=1",
      "the target prefilled with the whole prompt (the first round feeds its last token again)"),
-    ("decoding", ROUND, "    if need > model.config.block_size:", "    if need >= model.config.block_size:",
+    ("decoding", BUDGET, "    if need > model.config.block_size:", "    if need >= model.config.block_size:",
      "an exact fit of the context rejected"),
-    ("decoding", ROUND, "    if vocab is not None and vocab != target.config.vocab_size:", "    if False:",
+    ("decoding", BUDGET, "    if vocab is not None and vocab != target.config.vocab_size:", "    if False:",
      "a draft of another vocabulary accepted"),
     # ------------------------------------------------------------------ decoding: DecodeStats (the counts)
     ("decoding", DSTATS, "        self.judged += n_accepted + bool(judged_one_more)",

@@ -6,8 +6,8 @@ import torch
 from loop_support import LEVEL, context_gpt, context_p_value, markov_gpt, noisy_copy
 
 from lessonlib import engines, models
+from lessonlib.decoding import chain_rule as chain_rule_
 from lessonlib.decoding import decode
-from lessonlib.decoding import round as round_
 from lessonlib.decoding.reference import speculative_decode
 from lessonlib.models import GPT, GPTConfig
 
@@ -77,7 +77,7 @@ def test_sampled_tokens_match_the_target_at_t1(monkeypatch):
         return [(p, decode.speculative_generate(target, draft, p, 3, 400, 1.0, rng)[0]) for p in ([1], [4])]
 
     assert context_p_value(target.logits, runs(), 1.0) > LEVEL
-    monkeypatch.setattr(round_, "verify_chain", lambda p_rows, q_rows, drafts, rng, validate=True: list(drafts) + [
+    monkeypatch.setattr(chain_rule_, "verify_chain", lambda p_rows, q_rows, drafts, rng, validate=True: list(drafts) + [
         int(rng.choice(len(p_rows[-1]), p=p_rows[-1]))])
     assert context_p_value(target.logits, runs(), 1.0) < LEVEL
 

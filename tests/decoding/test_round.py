@@ -341,7 +341,8 @@ def test_chain_rule_swaps_the_judge_of_sampled_chains_and_checks_what_it_emits()
     """``round.chain_rule(f)``: inside the block a sampled chain round calls f(p, q, drafts, rng)
     (exercise 1b's contract) and keeps what it emits; an emission that is not an accepted prefix
     and one token is refused by name; after the block the course's own rule judges again."""
-    from lessonlib.decoding.round import Proposal, Sampling, accept, chain_rule
+    from lessonlib.decoding.chain_rule import chain_rule
+    from lessonlib.decoding.round import Proposal, Sampling, accept
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 6))

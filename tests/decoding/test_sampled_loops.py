@@ -22,6 +22,7 @@ from loop_support import LEVEL, Cycle, context_p_value, markov_gpt
 
 from lessonlib.core import toy, tree
 from lessonlib.core.sampling import softmax
+from lessonlib.decoding import chain_rule as chain_rule_
 from lessonlib.decoding import decode, fallback, reference
 from lessonlib.decoding import round as round_
 from lessonlib.decoding.drafters import ModelDrafter
@@ -75,19 +76,19 @@ def _retempered(rows, power):
 
 def _control(loop, temperature, monkeypatch):
     """Install the plausible wrong version of ``loop`` (see the module docstring)."""
-    right = round_.verify_chain
+    right = chain_rule_.verify_chain
     if loop == "plain":  # generate ignoring the temperature
         monkeypatch.setattr(round_, "process", lambda z, t, *truncation: softmax(z, 1.0))
     elif loop == "chain":  # drafts sampled at T, but their q recorded at T = 1
-        monkeypatch.setattr(round_, "verify_chain", lambda p, q, d, rng, validate=True:
+        monkeypatch.setattr(chain_rule_, "verify_chain", lambda p, q, d, rng, validate=True:
                             right(p, _retempered(q, temperature), d, rng, validate))
     elif loop == "tree":  # sampled tree verification at T = 1
         monkeypatch.setattr(round_, "process", lambda z, t, *truncation: softmax(z, 1.0))
     elif loop == "stream":  # the stream's target judged at the draft's temperature
-        monkeypatch.setattr(round_, "verify_chain", lambda p, q, d, rng, validate=True:
+        monkeypatch.setattr(chain_rule_, "verify_chain", lambda p, q, d, rng, validate=True:
                             right(_retempered(p, temperature / DRAFT_T), q, d, rng, validate))
     else:  # a greedy draft's tokens taken as certain: every draft accepted
-        monkeypatch.setattr(round_, "verify_chain", lambda p, q, d, rng, validate=True:
+        monkeypatch.setattr(chain_rule_, "verify_chain", lambda p, q, d, rng, validate=True:
                             list(d) + [int(rng.choice(p.shape[1], p=p[-1]))])
 
 
