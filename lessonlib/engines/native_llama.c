@@ -412,6 +412,17 @@ static void attend_one(const float *q, const float *K, const float *Vv, const in
     for (int d = 0; d < D; d++) out[d] *= inv;
 }
 
+/* The bounds every call checks before it touches memory: the cache holds start + T slots (-5),
+ * every token id is a row of the V-row embedding (-3), every position a row of the RoPE table (-4). */
+static int check_inputs(const int64_t *tokens, const int64_t *positions, int T, int start, int S, int V, int n_pos) {
+    if (start < 0 || start + T > S) return -5;
+    for (int t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V) return -3;
+        if (positions[t] < 0 || positions[t] >= n_pos) return -4;
+    }
+    return 0;
+}
+
 /* The slots each of T tokens sees, in order (the same list every layer): seen (T, end) rows,
  * count (T,). allowed (T, end) or NULL (causal after `start`). Returns -6 when a token sees none. */
 static int list_slots(const uint8_t *allowed, int T, int start, int end, int *seen, int *count) {
@@ -477,11 +488,8 @@ int llama_forward(const int *dims, void *const *mats, float *const *norms, const
     int n_pos = dims[7], f16 = dims[8];
     if (T < 1 || T > MAX_T || C % 16 || F % 16 || V % 16 || H % G || C % H || (C / H) % 16 || n_keep < 0)
         return -2;
-    if (start < 0 || start + T > S) return -5;
-    for (int t = 0; t < T; t++) {
-        if (tokens[t] < 0 || tokens[t] >= V) return -3;
-        if (positions[t] < 0 || positions[t] >= n_pos) return -4;
-    }
+    int bad = check_inputs(tokens, positions, T, start, S, V, n_pos);
+    if (bad) return bad;
     int D = C / H, Q = (H + 2 * G) * D, end = start + T;
     size_t tc = (size_t)T * C, wide = (size_t)T * (Q > 2 * F ? Q : 2 * F);
     float *buf = malloc(sizeof(float) * (tc * 2 + wide + (size_t)T * F + (size_t)(end + 8) * nth));
@@ -530,11 +538,8 @@ int eagle3_forward(const int *dims, void *const *mats, float *const *norms, cons
     if (T < 1 || T > HEAD_MAX_T || C % 16 || F % 16 || V % 16 || N % 16 || H % G || C % H || (C / H) % 16 ||
         (Fin != C && (Fin % C || !mats[0])) || n_logits < 0 || n_logits > T)
         return -2;
-    if (start < 0 || start + T > S) return -5;
-    for (int t = 0; t < T; t++) {
-        if (tokens[t] < 0 || tokens[t] >= V) return -3;
-        if (positions[t] < 0 || positions[t] >= n_pos) return -4;
-    }
+    int bad = check_inputs(tokens, positions, T, start, S, V, n_pos);
+    if (bad) return bad;
     int D = C / H, Q = (H + 2 * G) * D, end = start + T;
     size_t tc = (size_t)T * C, wide = (size_t)T * (Q > 2 * F ? Q : 2 * F);
     float *buf = malloc(sizeof(float) * (tc * 4 + wide + (size_t)T * F + (size_t)(end + 8) * nth));
