@@ -44,3 +44,15 @@ def use_student_outputs() -> pathlib.Path:
 
 def benchmarks() -> pathlib.Path:
     return outputs() / "benchmarks"
+
+
+def screenshots() -> pathlib.Path:
+    """Where the browser test saves its screenshots: ``LESSONLIB_SCREENSHOTS`` when set (the
+    regeneration points it at the repository's ``outputs/screenshots`` while every other write
+    of the test run stays in its temporary outputs), else ``outputs()/screenshots``."""
+    text = os.environ.get("LESSONLIB_SCREENSHOTS")
+    if text is None:
+        return outputs() / "screenshots"
+    if not text.strip():
+        raise ValueError("environment variable LESSONLIB_SCREENSHOTS is empty: set it to a folder or unset it")
+    return pathlib.Path(text)

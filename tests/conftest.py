@@ -84,9 +84,14 @@ def git_status() -> str | None:
 
 
 def refreshing_shipped_outputs() -> bool:
-    """LESSONLIB_OUTPUTS points into the repository: the run rewrites outputs/ on purpose."""
-    outputs = pathlib.Path(os.environ["LESSONLIB_OUTPUTS"]).resolve()
-    return outputs == REPO or REPO in outputs.parents
+    """LESSONLIB_OUTPUTS or LESSONLIB_SCREENSHOTS points into the repository: the run rewrites
+    shipped files on purpose (the regeneration's screenshots step)."""
+    for name in ("LESSONLIB_OUTPUTS", "LESSONLIB_SCREENSHOTS"):
+        if os.environ.get(name):
+            folder = pathlib.Path(os.environ[name]).resolve()
+            if folder == REPO or REPO in folder.parents:
+                return True
+    return False
 
 
 def pytest_sessionstart(session):

@@ -184,7 +184,7 @@ def drive(page, lab, path: str, name: str, tmp_path: Path, checks, focus=_screen
     """Run `path` in the page, apply each check(page, report, path), screenshot (scrolled to
     the cell focus(cells) names), always close.
 
-    A passing run's screenshot goes to outputs/screenshots/<name>.png, a failing one's to tmp_path.
+    A passing run's screenshot goes to paths.screenshots()/<name>.png, a failing one's to tmp_path.
     """
     report, passed = None, False
     try:
@@ -196,7 +196,7 @@ def drive(page, lab, path: str, name: str, tmp_path: Path, checks, focus=_screen
         try:
             if report is not None:
                 focus_index = focus(report["cells"])
-                shot = (paths.outputs() / "screenshots" if passed else tmp_path) / f"{name}.png"
+                shot = (paths.screenshots() if passed else tmp_path) / f"{name}.png"
                 bs.screenshot(page, focus_index, shot)
                 if not passed:
                     print(f"screenshot of the failed run: {shot}\nserver log:\n{lab.log_tail()}")

@@ -58,7 +58,8 @@ def compare(a: dict, b: dict, tolerance: float = TOLERANCE) -> dict:
     return {"rows": out, "rows_compared": len(out), "within": int((deviations <= tolerance).sum()),
             "max_deviation": float(deviations.max()), "median_deviation": float(np.median(deviations)),
             "tolerance": tolerance, "agree": bool((deviations <= tolerance).all()),
-            "runs": _run_names(a, b), "settings": [a.get("settings"), b.get("settings")]}
+            "runs": _run_names(a, b), "settings": [a.get("settings"), b.get("settings")],
+            "machine": a.get("machine") or {}}  # the first run's machine and engine (both decode runs share them)
 
 
 def _run_names(a: dict, b: dict) -> list[str]:

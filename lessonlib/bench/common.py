@@ -102,7 +102,8 @@ def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "thread_policy": threads.describe(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "backend": describe(), "decode_path": decode_path(), "native": native.status()}
+            "backend": describe(), "decode_path": decode_path(), "engine": decode_path().split(":")[0],
+            "native": native.status()}
 
 
 def prompts(corpus: str = "code", n: int = DEFAULTS["prompts"], length: int = DEFAULTS["prompt_len"]):

@@ -178,7 +178,7 @@ def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> 
               "target": TARGET, "by_threads": {}}
     for n in thread_counts:
         with threads.using(n):
-            targets = {name: model for name, (model, _) in llm_engines.models(False, BLOCK).items()}
+            targets = {name: model for name, (model, _) in llm_engines.models(False, BLOCK)[0].items()}
             fastest, plain = baseline(targets, sets["edit"], new_tokens, repeats, stop)
             report["by_threads"][str(n)] = {"plain": plain, "baseline_engine": fastest,
                                            "methods": method_rows(targets[fastest], sets, new_tokens, repeats, stop),

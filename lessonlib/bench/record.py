@@ -21,9 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import warnings
 
 from lessonlib import cli, paths, runs
-from lessonlib.bench import common
+from lessonlib.bench import common, current
 from lessonlib.jsonio import read_json, write_together
 
 # draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
@@ -45,10 +46,8 @@ def _row(source, report, row, setting) -> dict:
 
 def _path(report) -> str:
     """Which forward a report's rows decoded with: "native", "fast" or "readable" when the report
-    says so (``common.decode_path``), else "not recorded" (reports written before it was recorded)."""
-    machine = report.get("machine") or report.get("setup", {}).get("machine") or {}
-    text = machine.get("decode_path", "") if isinstance(machine, dict) else ""
-    return text.split(":")[0] if text else "not recorded"
+    says so (``current.engine_of``), else "not recorded" (reports written before it was recorded)."""
+    return current.engine_of(report) or "not recorded"
 
 
 def _report(path: pathlib.Path) -> dict:
@@ -304,6 +303,9 @@ def read(stem: str, folder: pathlib.Path | None = None) -> dict | None:
         return None
     report = _report(path)
     _note(report, stem)
+    why = current.why_historical(report, stem)
+    if why is not None:  # shown under the cell that read it: the page says the numbers are historical
+        warnings.warn(why, stacklevel=2)
     return report
 
 

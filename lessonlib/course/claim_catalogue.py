@@ -43,7 +43,7 @@ CATALOGUE = "claims.po"
 COMMAND = "python -m lessonlib.course.claim_catalogue extract"
 LIBRARY = "lessonlib/course/claims.py"
 # what claims.claim prints besides the sentence: (msgctxt, English)
-LIBRARY_WORDS = ([(None, claims.SAYS_HOLDS), (None, claims.SAYS_FAILS), (None, claims.MEASURED)]
+LIBRARY_WORDS = ([(None, claims.SAYS_HOLDS), (None, claims.SAYS_FAILS), (None, claims.MEASURED), (None, claims.FRAGILE)]
                  + [(messages.VALUE, w) for w in claims.ORDER_WORDS])
 HEADER = """\
 Persian translation of the notebooks' claim sentences (the course on speculative decoding and EAGLE).

@@ -14,6 +14,14 @@ cannot drift from the run. The sentence is one template string (placeholders are
 Comparisons of measured spreads go through ``Interval``: ``a > b`` holds only when a's whole
 interval lies above b's, so "faster" cannot be printed as holding while the intervals overlap.
 
+A claim can also be given its condition as a function of its values (``holds=lambda a, b, **_: a > b``,
+the threshold and direction fixed in code before the run). Then ``claim`` *sweeps* it: every
+``Interval`` value is shifted across its own spread (its median moved to its low and to its high
+end, its width kept: where a re-run could land), in every combination, and a verdict that flips
+is printed as fragile, naming the shifts that flip it (``sweep``). Two intervals far enough apart
+never flip; a median against a threshold inside its spread does: rewrite that claim, or measure
+longer, until its interval excludes the alternative.
+
 The line is printed in the course's language (``messages.use``): the sentence through the
 catalogue (``locale/fa/claims.po``, written by ``claim_catalogue``), the verdict words too, and a
 string value that is a word the code computes (``order``'s "above") as a value word
@@ -22,6 +30,7 @@ template, and in English the line is exactly what it was before there were trans
 """
 from __future__ import annotations
 
+import itertools
 import math
 import string
 from collections.abc import Mapping
@@ -40,6 +49,8 @@ FAILS = "does not hold here"
 SAYS_HOLDS = f"— {HOLDS}"
 SAYS_FAILS = f"— {FAILS}"
 MEASURED = f"— {FAILS}: measured {{measured}}"  # a failing claim's verdict, with what was measured
+FRAGILE = "(fragile: the verdict flips within the measured spread, at {where})"  # what sweep found
+SWEEP_LIMIT = 6  # intervals swept in every combination (3 ** 6 calls); beyond, one and two at a time
 ORDER_WORDS = ("above", "below", "overlaps")  # what order returns: value words of the catalogue
 
 
@@ -100,6 +111,15 @@ class Interval:
         return f"{self.median:{spec}}{self.unit} [{self.low:{spec}}, {self.high:{spec}}]"
 
 
+def top(intervals: Mapping[Any, Interval]) -> Any:
+    """The key whose interval has the highest median: a "fastest" picked by medians, which a claim
+    given as a function (``lambda s, **_: top(s) == "tree"``) re-picks at every shift of its sweep."""
+    if (not isinstance(intervals, Mapping) or not intervals
+            or not all(isinstance(v, Interval) for v in intervals.values())):
+        raise ValueError(f"intervals must be a non-empty mapping of Intervals, got {intervals!r}")
+    return max(intervals, key=lambda key: intervals[key].median)
+
+
 def order(a: Interval, b: Interval) -> str:
     """'above', 'below' or 'overlaps': where interval a lies against b (the word a sentence may use;
     always English here, ``claim`` shows it in the course's language)."""
@@ -116,6 +136,7 @@ class Claim:
     values: Mapping[str, Any]
     holds: bool
     text: str
+    flips: tuple[str, ...] = ()  # where the sweep flipped the verdict (a condition given as a function)
 
     def __bool__(self) -> bool:
         return self.holds
@@ -163,12 +184,89 @@ def _template(sentence: str) -> str:
     return translated if same else sentence
 
 
+def _shifted(value: Interval) -> list[tuple[str, Interval]]:
+    """Where a re-run could put ``value``: the same interval, and shifted (width kept) so that its
+    median sits at its low end or at its high end."""
+    down, up = value.median - value.low, value.high - value.median
+    return [("median", value),
+            ("low end", Interval(value.median - down, value.low - down, value.high - down, value.unit)),
+            ("high end", Interval(value.median + up, value.low + up, value.high + up, value.unit))]
+
+
+def _leaves(values: Mapping[str, Any]) -> list[tuple[str, Any, Interval]]:
+    """(label, (name, key or None), interval) of every Interval among ``values``: a value itself, or
+    an item of a list, tuple or dict value (one level deep)."""
+    found = []
+    for name, value in values.items():
+        if isinstance(value, Interval):
+            found.append((name, (name, None), value))
+        elif isinstance(value, Mapping):
+            found += [(f"{name}[{key}]", (name, key), v) for key, v in value.items() if isinstance(v, Interval)]
+        elif isinstance(value, (list, tuple)):
+            found += [(f"{name}[{i}]", (name, i), v) for i, v in enumerate(value) if isinstance(v, Interval)]
+    return found
+
+
+def _with(values: Mapping[str, Any], changes: Mapping[tuple[str, Any], Interval]) -> dict[str, Any]:
+    """``values`` with the intervals at ``changes``' places replaced (containers copied, not changed)."""
+    out = dict(values)
+    for (name, key), interval in changes.items():
+        if key is None:
+            out[name] = interval
+            continue
+        container = out[name] if out[name] is not values[name] else (
+            dict(values[name]) if isinstance(values[name], Mapping) else list(values[name]))
+        container[key] = interval
+        out[name] = container
+    for name, value in values.items():  # a tuple stays a tuple
+        if isinstance(value, tuple) and out[name] is not value:
+            out[name] = tuple(out[name])
+    return out
+
+
+def _trials(leaves: list) -> list[tuple]:
+    """The shifts tried: every combination of {median, low end, high end} up to ``SWEEP_LIMIT``
+    intervals; beyond, each interval alone and each pair in all four directions."""
+    options = [_shifted(interval)[1:] for _, _, interval in leaves]  # low end, high end
+    if len(leaves) <= SWEEP_LIMIT:
+        full = [[(None, None)] + [(end, shifted) for end, shifted in opts] for opts in options]
+        return [tuple((i, end, v) for i, (end, v) in enumerate(combo) if end is not None)
+                for combo in itertools.product(*full)]
+    trials: list[tuple] = [((i, end, v),) for i, opts in enumerate(options) for end, v in opts]
+    for i, j in itertools.combinations(range(len(leaves)), 2):
+        trials += [((i, a, v), (j, b, w)) for a, v in options[i] for b, w in options[j]]
+    return trials
+
+
+def sweep(holds: Any, values: Mapping[str, Any]) -> list[str]:
+    """Where the condition ``holds(**values)`` gives another verdict than at the measured values,
+    with each ``Interval`` among the values (or among the items of a list, tuple or dict value)
+    shifted across its own spread (its median moved to its low or its high end, its width kept:
+    what a re-run could measure), as "name at its low end, ...": the smallest sets of shifts that
+    flip it (a superset of one is not listed), empty for a claim no such shift can flip. Every
+    combination up to ``SWEEP_LIMIT`` intervals; beyond, one and two at a time."""
+    if not callable(holds):
+        raise ValueError(f"holds must be a function of the values to sweep, got {holds!r}")
+    verdict = _as_bool(holds(**values))
+    leaves = _leaves(values)
+    flips: list[frozenset] = []
+    for trial in sorted(_trials(leaves), key=len):  # smallest first: a flip's supersets say nothing new
+        moved = frozenset((i, end) for i, end, _ in trial)
+        if not trial or any(f <= moved for f in flips):
+            continue
+        if _as_bool(holds(**_with(values, {leaves[i][1]: v for i, _, v in trial}))) != verdict:
+            flips.append(moved)
+    return [", ".join(f"{leaves[i][0]} at its {end}" for i, end in sorted(f)) for f in flips]
+
+
 def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Claim:
     """State ``sentence`` (a template over ``values``) with this run's numbers and whether it holds.
 
     sentence: one template string, e.g. "the tree ({tree}) is faster than the chain ({chain})";
         every placeholder names a keyword in ``values``, with an optional format spec.
-    holds: the condition on those values, a bool (for spreads: ``Interval`` comparisons).
+    holds: the condition on those values, a bool (for spreads: ``Interval`` comparisons), or a
+        function of them, called with every value by name (``lambda a, b, **_: a > b``), which is
+        also swept across the spreads (``sweep``).
     show: print the line (a notebook cell); False only builds it (a test).
     Returns a ``Claim``: truthy when it holds; ``.text`` is the printed line (in the course's
     language), ``.sentence`` the English template.
@@ -181,6 +279,10 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
         raise ValueError(f"sentence names {', '.join(missing)}, which values does not give")
     for name, value in values.items():
         _check_value(name, value)
+    flips: list[str] = []
+    if callable(holds):
+        flips = sweep(holds, values)
+        holds = holds(**values)
     ok = _as_bool(holds)
     said = {name: messages.word(value) for name, value in values.items()}  # "above" in the course's language
     text = _template(sentence).format(**said)
@@ -194,6 +296,8 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
         # a sentence without values has nothing to list: the verdict alone, not "measured" and nothing
         verdict = messages.say(MEASURED, measured=measured) if measured else messages._(SAYS_FAILS)
         line = f"{text} {verdict}"
+    if flips:
+        line += " " + messages.say(FRAGILE, where="; ".join(flips[:3]))
     if show:
         print(line)
-    return Claim(sentence, dict(values), ok, line)
+    return Claim(sentence, dict(values), ok, line, tuple(flips))

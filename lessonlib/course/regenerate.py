@@ -8,7 +8,8 @@
 Order: the benchmarks (each refreshes the record), then the notebooks executed in place (they
 read the record; notebook 05 writes ``temperature.json`` and the skill file), the skill file
 re-rendered from those measurements and the final record, the exercises from the solutions, the
-Persian edition, and the instructor notes' expected results from the stored outputs. Every step
+Persian edition, the instructor notes' expected results from the stored outputs, and the
+screenshots the browser test takes of every notebook in JupyterLab (``outputs/screenshots/``). Every step
 runs with ``LESSONLIB_RUN`` set to one id (``lessonlib.runs``), so each benchmark report, the
 measurements and each executed notebook (``metadata.lessonlib.run``) record it. The manifest
 ``outputs/run.json`` lists the id, each step that ran (command, seconds, exit code) and, for
@@ -47,6 +48,7 @@ class Step:
     argv: tuple[str, ...]  # run with this interpreter: ("-m", module, args...)
     makes: tuple[str, ...]  # repository paths the step (re)writes
     optional: str = ""  # a module that must import for the step to run (else it is skipped and said so)
+    env: tuple[tuple[str, str], ...] = ()  # added to the step's environment (paths relative to the repository)
 
 
 def _bench(name, *args, makes=None, optional=""):
@@ -69,7 +71,7 @@ PLAN = (
     _bench("tree"), _bench("profile"), _bench("kinds"), _bench("calibration"), _bench("sampled"), _bench("batch"),
     _bench("peers", optional="llama_cpp"),
     # the real LLM (SmolLM2, requirements-llm.txt): its engines against the memory bound, then draft-free speculation
-    _bench("llm-engines", "--repeats", "10", makes=("outputs/benchmarks/llm_engines.json",
+    _bench("llm-engines", "--repeats", "10", "--compile", makes=("outputs/benchmarks/llm_engines.json",
                                                     "outputs/benchmarks/llm_engines.md")),
     _bench("llm"),
     _bench("record"),
@@ -78,6 +80,10 @@ PLAN = (
     Step("exercises", ("-m", "lessonlib.course.exercises"), ("exercises",)),
     Step("persian extract", ("-m", "lessonlib.course.translate", "extract"), ("locale/fa",)),
     Step("persian", ("-m", "lessonlib.course.translate", "build"), ("notebooks/fa", "solutions/fa", "exercises/fa")),
+    # the browser test drives every notebook in JupyterLab (Chromium) and saves its screenshots; only
+    # those land in the repository (LESSONLIB_SCREENSHOTS), every other write stays in the test's folder
+    Step("screenshots", ("-m", "pytest", "-m", "browser", "-n", "0", "tests/test_browser.py"),
+         ("outputs/screenshots",), optional="playwright", env=(("LESSONLIB_SCREENSHOTS", "outputs/screenshots"),)),
     Step("notes", ("-m", "lessonlib.course.notes"), ("solutions/README.md",)),
 )
 NAMES = tuple(step.name for step in PLAN)
@@ -113,7 +119,8 @@ def run(steps, run_id: str, dry_run: bool = False) -> dict:
             done.append({"step": step.name, "skipped": f"{step.optional} is not installed"})
             continue
         started = time.time()
-        code = subprocess.run(command, cwd=paths.ROOT, env=env).returncode
+        step_env = env | {name: str(paths.ROOT / value) for name, value in step.env}
+        code = subprocess.run(command, cwd=paths.ROOT, env=step_env).returncode
         if code == 0 and step.name.startswith("notebook "):
             stamp_notebook(step.makes[0], run_id)
         done.append({"step": step.name, "command": " ".join(step.argv), "seconds": round(time.time() - started, 1),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lessonlib.course import claims
-from lessonlib.course.claims import Interval, claim, order
+from lessonlib.course.claims import Interval, claim, order, top
 from lessonlib.decoding import measures
 
 
@@ -131,3 +131,75 @@ def test_a_failing_claim_without_values_prints_the_verdict_alone():
     c = claim("the best speedup stays under 1/(1 − α)", False, show=False)
     assert c.text == "the best speedup stays under 1/(1 − α) — does not hold here"
     assert claim("x is {x}", False, show=False, x=2).text == "x is 2 — does not hold here: measured x = 2"
+
+
+# ----------------------------------------------------------------------------- the sweep across spreads
+
+def test_two_intervals_far_apart_survive_every_shift_and_print_no_warning():
+    fast, slow = Interval(1.5, 1.45, 1.55), Interval(1.0, 0.95, 1.05)
+    c = claim("{a} lies above {b}", lambda a, b, **_: a > b, show=False, a=fast, b=slow)
+    assert c.holds and c.flips == () and "fragile" not in c.text
+
+
+def test_a_median_against_a_threshold_inside_its_spread_is_fragile():
+    # the median passes 1.1, but a re-run whose median sat at the low end would not
+    speed = Interval(1.12, 1.02, 1.30)
+    c = claim("the speedup {s} passes 1.1", lambda s, **_: s.median > 1.1, show=False, s=speed)
+    assert c.holds and c.flips == ("s at its low end",)
+    assert c.text.endswith("(fragile: the verdict flips within the measured spread, at s at its low end)")
+    # the same claim on a tight interval is not (negative control for the one above)
+    tight = Interval(1.12, 1.11, 1.13)
+    assert claim("{s}", lambda s, **_: s.median > 1.1, show=False, s=tight).flips == ()
+
+
+def test_touching_intervals_flip_when_shifted_towards_each_other_and_a_failing_claim_too():
+    a, b = Interval(1.30, 1.20, 1.40), Interval(1.05, 0.95, 1.15)  # apart, but by less than their widths
+    c = claim("{a} above {b}", lambda a, b, **_: a > b, show=False, a=a, b=b)
+    assert c.holds and set(c.flips) == {"a at its low end", "b at its high end"}  # each alone; both is no news
+    # a claim that fails on overlap but would hold after a shift is fragile as well
+    d = claim("{a} above {b}", lambda a, b, **_: a > b, show=False,
+              a=Interval(1.2, 1.1, 1.3), b=Interval(1.0, 0.9, 1.15))
+    assert not d.holds and set(d.flips) == {"a at its high end", "b at its low end"}
+
+
+def test_the_sweep_keeps_labels_and_plain_numbers_fixed_and_refuses_a_bool():
+    seen = []
+
+    def holds(s, name, k, **_):
+        seen.append((name, k))
+        return s > 1.0
+    claims.sweep(holds, {"s": Interval(1.2, 1.1, 1.3), "name": "EAGLE", "k": 3})
+    assert set(seen) == {("EAGLE", 3)} and len(seen) == 1 + 2  # the measured values, then each shift
+    with pytest.raises(ValueError, match="holds must be a function"):
+        claims.sweep(True, {})
+
+
+def test_beyond_the_limit_intervals_are_swept_one_and_two_at_a_time():
+    values = {f"v{i}": Interval(1.0, 0.9, 1.1) for i in range(claims.SWEEP_LIMIT + 1)}
+    calls = []
+    claims.sweep(lambda **v: calls.append(1) or True, values)
+    n = len(values)
+    assert len(calls) == 1 + 2 * n + 4 * n * (n - 1) // 2  # not 3 ** 7
+
+
+def test_intervals_inside_a_dict_or_list_are_swept_and_the_containers_left_alone():
+    speeds = {"chain": Interval(1.30, 1.20, 1.40), "tree": Interval(1.02, 0.98, 1.10),
+              "lookup": Interval(2.1, 2.0, 2.2)}
+    before = dict(speeds)
+    c = claim("every method passes 1", lambda speeds, **_: all(s > 0.95 for s in speeds.values()), show=False,
+              speeds=speeds)
+    assert c.holds and c.flips == ("speeds[tree] at its low end",) and speeds == before
+    # a list, and a pair that flips only when both move towards each other
+    ranked = [Interval(1.35, 1.30, 1.40), Interval(1.15, 1.10, 1.20)]
+    c = claim("first above second", lambda r, **_: r[0] > r[1], show=False, r=ranked)
+    assert c.holds and c.flips == ("r[0] at its low end, r[1] at its high end",)
+    assert isinstance(ranked, list) and ranked[0].median == 1.35
+
+
+def test_top_picks_by_median_and_a_swept_claim_re_picks_it():
+    speeds = {"chain": Interval(1.20, 1.00, 1.30), "tree": Interval(1.15, 1.10, 1.40)}
+    assert claims.top(speeds) == "chain"
+    c = claim("the chain is fastest", lambda s, **_: top(s) == "chain", show=False, s=speeds)
+    assert c.holds and c.flips  # the tree's median shifted to its high end (1.40) passes the chain's
+    with pytest.raises(ValueError, match="intervals must be"):
+        claims.top({})

@@ -27,21 +27,22 @@ def english_afterwards():
 
 
 def _sentence_calls(name: str) -> set[str]:
-    """The literal templates of every ``name(...)`` call (``claim`` or ``say``) in the English notebooks."""
+    """The literal templates of every ``name(...)`` call (``claim`` or ``say``) in the English notebooks
+    and in the notebooks' report modules (``lessonlib.course.reports``: the plumbing their cells call)."""
     import ast
 
     from lessonlib.course.catalogs import english_notebooks
 
+    sources = [claim_catalogue._python(cell.source) for notebook in english_notebooks(ROOT)
+               for cell in nbformat.read(notebook, as_version=4).cells if cell.cell_type == "code"]
+    sources += [path.read_text() for path in sorted((ROOT / "lessonlib" / "course" / "reports").glob("*.py"))]
     found = set()
-    for notebook in english_notebooks(ROOT):
-        for cell in nbformat.read(notebook, as_version=4).cells:
-            if cell.cell_type != "code":
-                continue
-            for node in ast.walk(ast.parse(claim_catalogue._python(cell.source))):
-                if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-                    func = node.func
-                    if (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")) == name:
-                        found.add(node.args[0].value)
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = node.func
+                if (func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")) == name:
+                    found.add(node.args[0].value)
     return found
 
 
@@ -118,10 +119,11 @@ def _translate(root, **persian_by_english):
 def test_extract_merges_like_the_notebook_catalogues_and_problems_name_each_gap(tmp_path):
     root = _course(tmp_path, 'claim("{n} of {m} agree", True, n=1, m=2)')
     changes, errors = claim_catalogue.extract(root)
-    assert errors == [] and changes == [f"new catalogue with {4 + len(claims.ORDER_WORDS)} entries"]
+    assert errors == [] and changes == [f"new catalogue with {1 + len(claim_catalogue.LIBRARY_WORDS)} entries"]
     po = polib.pofile(str(claim_catalogue.path(root)))
-    assert [(e.msgctxt, e.msgid) for e in po][:4] == [(None, "{n} of {m} agree"), (None, claims.SAYS_HOLDS),
-                                                      (None, claims.SAYS_FAILS), (None, claims.MEASURED)]
+    assert [(e.msgctxt, e.msgid) for e in po][:5] == [(None, "{n} of {m} agree"), (None, claims.SAYS_HOLDS),
+                                                      (None, claims.SAYS_FAILS), (None, claims.MEASURED),
+                                                      (None, claims.FRAGILE)]
     assert po[0].occurrences == [("notebooks/00_start_here.ipynb#c0", "")]
     assert claim_catalogue.extract(root) == ([], [])  # a second run: nothing to do
     # not translated yet: pending (it prints in English in the Persian edition), not a problem
@@ -129,6 +131,7 @@ def test_extract_merges_like_the_notebook_catalogues_and_problems_name_each_gap(
     assert not any("agree" in line for line in claim_catalogue.problems(root))
     _translate(root, **{"{n} of {m} agree": "{n} از {m} موافق‌اند", claims.SAYS_HOLDS: "— برقرار",
                         claims.SAYS_FAILS: "— برقرار نیست", claims.MEASURED: "— برقرار نیست: {measured}",
+                        claims.FRAGILE: "(شکننده: {where})",
                         **{w: "واژه" for w in claims.ORDER_WORDS}})
     assert claim_catalogue.problems(root) == [] and claim_catalogue.pending(root) == []
     # an unfaithful translation is still a problem: it drops a placeholder of the English

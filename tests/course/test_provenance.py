@@ -22,13 +22,15 @@ def test_the_plan_runs_benchmarks_before_the_notebooks_that_read_them_and_notes_
     assert names.index("bench record") < min(names.index(n) for n in regenerate.GROUPS["notebooks"])
     assert names.index("notebook 05_high_temperature") < names.index("skill") < names.index("exercises")
     assert names.index("exercises") < names.index("persian") < names.index("notes") == len(names) - 1
+    # the screenshots show the Persian edition too, so they come after it is built
+    assert names.index("persian") < names.index("screenshots")
     assert {s.makes[0] for s in regenerate.PLAN if s.name.startswith("notebook ")} == set(notes.NOTEBOOKS.values())
 
 
 def test_select_takes_steps_groups_or_a_start_and_refuses_unknown_names():
     assert [s.name for s in regenerate.select(["skill", "notes"])] == ["skill", "notes"]
     assert len(regenerate.select(["notebooks"])) == 6
-    assert [s.name for s in regenerate.select(start="persian")] == ["persian", "notes"]
+    assert [s.name for s in regenerate.select(start="persian")] == ["persian", "screenshots", "notes"]
     with pytest.raises(ValueError, match="unknown step"):
         regenerate.select(["bench nope"])
 
@@ -50,6 +52,17 @@ def test_dry_run_prints_the_plan_and_runs_nothing(capsys, tmp_path, monkeypatch)
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6 and all(line.startswith("would run: -m jupyter nbconvert") for line in out)
     assert not (tmp_path / regenerate.MANIFEST).exists()
+
+
+def test_a_step_runs_with_its_own_environment_and_screenshots_land_in_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setenv("LESSONLIB_OUTPUTS", str(tmp_path))
+    probe = regenerate.Step("probe", ("-c", f"import os; open({str(tmp_path / 'env.txt')!r}, 'w').write("
+                                      "os.environ['LESSONLIB_SCREENSHOTS'])"), (),
+                            env=(("LESSONLIB_SCREENSHOTS", "x/y"),))
+    regenerate.run([probe], "test-env")
+    assert (tmp_path / "env.txt").read_text() == str(ROOT / "x" / "y")  # relative to the repository
+    shots = next(s for s in regenerate.PLAN if s.name == "screenshots")
+    assert dict(shots.env) == {"LESSONLIB_SCREENSHOTS": "outputs/screenshots"} and "browser" in shots.argv
 
 
 def test_a_step_runs_under_the_run_id_and_the_manifest_records_it(tmp_path, monkeypatch):
