@@ -31,7 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lessonlib import cli, threads
-from lessonlib.bench import common, record
+from lessonlib.bench import common, current, record
 from lessonlib.decoding import measures, timing
 from lessonlib.decoding.batch import batch_generate, batch_speculative_generate
 from lessonlib.decoding.decode import generate, speculative_generate
@@ -218,7 +218,8 @@ def markdown(report) -> str:
             f"{x['p99_over_mean']:.2f}", x["gaps"]] for x in report["latency"]]
     cross = report["crossover"]
     lines = ["# Serving under load: batched speculative decoding", "",
-             f"Target `target` (packed), draft `{DRAFT}`, T = {s['temperature']:g}, {s['prompts']} prompt sets of "
+             f"Target `target` on engines.batched (the fast path's weights with a batch axis; native.c at B = 1), "
+             f"draft `{DRAFT}`, T = {s['temperature']:g}, {s['prompts']} prompt sets of "
              f"held-out code ({s['prompt_len']} tokens and shorter, rows of a batch at different lengths), "
              f"{s['new_tokens']} new tokens per sequence, {s['threads']} thread(s), fastest of {s['repeats']}, every "
              "(B, method) interleaved per prompt set. Median over prompt sets [inter-quartile range].", "",
@@ -257,7 +258,9 @@ def main(argv=None):
     started = time.time()
     report = bench_batch(setup["batches"], setup["ks"], setup["prompts"], setup["prompt_len"], setup["new_tokens"],
                          setup["repeats"], setup["temperature"], device=args.device)
-    report = {"machine": common.machine(), "setup": setup, "seconds": round(time.time() - started, 1), **report}
+    # B sequences at once run engines.batched (native.c is batch-1): the engine this report's rows measured
+    machine = common.machine() | {"engine": current.BATCHED}
+    report = {"machine": machine, "setup": setup, "seconds": round(time.time() - started, 1), **report}
     record.write_with("batch", report, markdown(report), args.out)  # the report, its Markdown and the record at once
     print(markdown(report))
 

@@ -9,7 +9,8 @@ number nobody can reproduce. So:
 * ``engine_of(report)`` -- the engine a report's measurements used ("native", "fast", "readable"),
   or None when the report predates the field;
 * ``why_historical(report)`` -- None for a current report, else one line: which engine measured
-  it against which default, or that it names no run (no code revision);
+  it against which default (``engines.PREFERRED``; ``bench batch``'s B sequences at once:
+  ``engines.batched``), or that it names no run (no code revision);
 * ``record.read`` warns with that line when a notebook reads a historical report (the warning
   shows under the cell), and ``tests/bench/test_current.py`` fails when a committed report is
   historical: regenerate it (``python -m lessonlib.bench STEM``).
@@ -23,6 +24,10 @@ from __future__ import annotations
 from lessonlib import runs
 from lessonlib.engines import PREFERRED
 
+# B sequences at once: engines.batched (the fast path's weights with a batch axis; native.c at B = 1)
+BATCHED = "batched"
+# the default engine of a report whose rows are not batch-1 decoding (the rest: engines.PREFERRED)
+DEFAULT_FOR = {"batch": BATCHED}
 # reports with no decoding in them: a run stamp is all they need (which engine is moot)
 NO_ENGINE = {"record": "built from the other reports; each of its rows carries its own path",
              "temperature": "written by notebook 05 from its own run, which the notebook's provenance test checks"}
@@ -52,8 +57,8 @@ def why_historical(report: dict, stem: str = "") -> str | None:
         return f"{name} names no run or code revision: it predates the run stamps{rebuild}"
     if stem in NO_ENGINE:
         return None
-    engine = engine_of(report)
-    if engine != PREFERRED:
+    engine, default = engine_of(report), DEFAULT_FOR.get(stem, PREFERRED)
+    if engine != default:
         what = "no engine" if engine is None else f"the {engine} engine"
-        return f"{name} was measured on {what}, not the default {PREFERRED}: its numbers are historical{rebuild}"
+        return f"{name} was measured on {what}, not the default {default}: its numbers are historical{rebuild}"
     return None

@@ -170,8 +170,8 @@ def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
         paths_of.setdefault(r["source"], r.get("path", "not recorded"))
     lines = ["Runs: " + "; ".join(f"{source} {run}" for source, run in ids.items())
              + (" (one run)" if len(set(ids.values())) == 1 else " (separate runs: compare rows of one source)")]
-    lines.append("Decode path (fast = engines.fast, native = engines.native, readable = models.gpt): "
-                 + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
+    lines.append("Decode path (fast = engines.fast, native = engines.native, batched = engines.batched, "
+                 "readable = models.gpt): " + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
     report = read("agreement", folder)
     if report:
         line = agreement_line(report)

@@ -16,11 +16,12 @@ interval lies above b's, so "faster" cannot be printed as holding while the inte
 
 A claim can also be given its condition as a function of its values (``holds=lambda a, b, **_: a > b``,
 the threshold and direction fixed in code before the run). Then ``claim`` *sweeps* it: every
-``Interval`` value is shifted across its own spread (its median moved to its low and to its high
-end, its width kept: where a re-run could land), in every combination, and a verdict that flips
-is printed as fragile, naming the shifts that flip it (``sweep``). Two intervals far enough apart
-never flip; a median against a threshold inside its spread does: rewrite that claim, or measure
-longer, until its interval excludes the alternative.
+``Interval`` value is replaced by a single value at each end of its spread (where the measured
+quantity could as well be), in every combination, and a verdict that flips is printed as fragile,
+naming the ends that flip it (``sweep``). A comparison of intervals that do not overlap never
+flips; a median against a threshold inside its spread, an "overlaps" or a "does not lie below",
+or a fastest picked by medians does: rewrite that claim (two overlapping measurements show "no
+difference measured", not a claim), or measure longer, until its interval excludes the alternative.
 
 The line is printed in the course's language (``messages.use``): the sentence through the
 catalogue (``locale/fa/claims.po``, written by ``claim_catalogue``), the verdict words too, and a
@@ -111,9 +112,9 @@ class Interval:
         return f"{self.median:{spec}}{self.unit} [{self.low:{spec}}, {self.high:{spec}}]"
 
 
-def top(intervals: Mapping[Any, Interval]) -> Any:
+def highest(intervals: Mapping[Any, Interval]) -> Any:
     """The key whose interval has the highest median: a "fastest" picked by medians, which a claim
-    given as a function (``lambda s, **_: top(s) == "tree"``) re-picks at every shift of its sweep."""
+    given as a function (``lambda s, **_: highest(s) == "tree"``) re-picks at every end its sweep tries."""
     if (not isinstance(intervals, Mapping) or not intervals
             or not all(isinstance(v, Interval) for v in intervals.values())):
         raise ValueError(f"intervals must be a non-empty mapping of Intervals, got {intervals!r}")
@@ -184,13 +185,11 @@ def _template(sentence: str) -> str:
     return translated if same else sentence
 
 
-def _shifted(value: Interval) -> list[tuple[str, Interval]]:
-    """Where a re-run could put ``value``: the same interval, and shifted (width kept) so that its
-    median sits at its low end or at its high end."""
-    down, up = value.median - value.low, value.high - value.median
-    return [("median", value),
-            ("low end", Interval(value.median - down, value.low - down, value.high - down, value.unit)),
-            ("high end", Interval(value.median + up, value.low + up, value.high + up, value.unit))]
+def _ends(value: Interval) -> list[tuple[str, Interval]]:
+    """Where within its spread the measured quantity could as well be: ``value`` itself, then a
+    single value (an interval of width zero) at its low end and at its high end."""
+    return [("median", value), ("low end", Interval(value.low, value.low, value.low, value.unit)),
+            ("high end", Interval(value.high, value.high, value.high, value.unit))]
 
 
 def _leaves(values: Mapping[str, Any]) -> list[tuple[str, Any, Interval]]:
@@ -225,11 +224,11 @@ def _with(values: Mapping[str, Any], changes: Mapping[tuple[str, Any], Interval]
 
 
 def _trials(leaves: list) -> list[tuple]:
-    """The shifts tried: every combination of {median, low end, high end} up to ``SWEEP_LIMIT``
+    """The ends tried: every combination of {median, low end, high end} up to ``SWEEP_LIMIT``
     intervals; beyond, each interval alone and each pair in all four directions."""
-    options = [_shifted(interval)[1:] for _, _, interval in leaves]  # low end, high end
+    options = [_ends(interval)[1:] for _, _, interval in leaves]  # low end, high end
     if len(leaves) <= SWEEP_LIMIT:
-        full = [[(None, None)] + [(end, shifted) for end, shifted in opts] for opts in options]
+        full = [[(None, None)] + [(end, point) for end, point in opts] for opts in options]
         return [tuple((i, end, v) for i, (end, v) in enumerate(combo) if end is not None)
                 for combo in itertools.product(*full)]
     trials: list[tuple] = [((i, end, v),) for i, opts in enumerate(options) for end, v in opts]
@@ -241,9 +240,9 @@ def _trials(leaves: list) -> list[tuple]:
 def sweep(holds: Any, values: Mapping[str, Any]) -> list[str]:
     """Where the condition ``holds(**values)`` gives another verdict than at the measured values,
     with each ``Interval`` among the values (or among the items of a list, tuple or dict value)
-    shifted across its own spread (its median moved to its low or its high end, its width kept:
-    what a re-run could measure), as "name at its low end, ...": the smallest sets of shifts that
-    flip it (a superset of one is not listed), empty for a claim no such shift can flip. Every
+    replaced by a single value at the low or the high end of its spread (where the measured
+    quantity could as well be), as "name at its low end, ...": the smallest sets of ends that flip
+    it (a superset of one is not listed), empty for a claim no such choice can flip. Every
     combination up to ``SWEEP_LIMIT`` intervals; beyond, one and two at a time."""
     if not callable(holds):
         raise ValueError(f"holds must be a function of the values to sweep, got {holds!r}")

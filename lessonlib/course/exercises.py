@@ -36,6 +36,7 @@ import nbformat
 
 from lessonlib import cli, paths
 from lessonlib.course.messages import N_, say, translated
+from lessonlib.course.rtl import rtl_markdown
 from lessonlib.jsonio import write_atomic
 
 ROOT = paths.ROOT
@@ -65,12 +66,14 @@ def answer_pointer(name: str) -> str:
     """The placeholder of a hidden answer, and where the answer is: the same place in the
     solution notebook ``solutions/<name>`` (``name`` as ``exercise_notebook`` gets it, e.g.
     ``04_eagle_tree.ipynb`` or ``fa/04_eagle_tree.ipynb``, whose pointer is in Persian), linked
-    relative to the exercise. The language is the notebook's (``fa/`` for Persian), not the
-    process's setting: one run of the generator writes both editions."""
+    relative to the exercise. The language is the notebook's (``fa/`` for Persian, wrapped right to
+    left as ``persian.rtl_markdown`` wraps every Persian markdown cell), not the process's setting:
+    one run of the generator writes both editions."""
     link = "../" * (name.count("/") + 1) + f"solutions/{name}"
     lang = _language(name)
-    return say("{prompt} The answer: [`{path}`]({link}), the cell right after this question's code cell.", lang,
+    text = say("{prompt} The answer: [`{path}`]({link}), the cell right after this question's code cell.", lang,
                prompt=translated(ANSWER_PLACEHOLDER, lang), path=f"solutions/{name}", link=link)
+    return text if lang == "en" else rtl_markdown(text)  # right to left like every other Persian markdown cell
 
 
 def solution_messages(root: pathlib.Path = ROOT) -> dict[str, list[str]]:

@@ -62,23 +62,17 @@ from lessonlib.course.catalogs import (  # noqa: F401
     translation,
 )
 from lessonlib.course.persian import (  # noqa: F401
-    FENCE,
     FOLDERS,
-    INLINE,
     LINK,
-    LTR_CLOSE,
-    LTR_OPEN,
     NOTEBOOK,
-    RTL_CLOSE,
-    RTL_OPEN,
     build,
     notebooks_out_of_date,
     persian_notebook,
     persian_path,
     plan,
     relink,
-    rtl_markdown,
 )
+from lessonlib.course.rtl import FENCE, INLINE, LTR_CLOSE, LTR_OPEN, RTL_CLOSE, RTL_OPEN, rtl_markdown  # noqa: F401
 from lessonlib.jsonio import write_atomic
 
 # --- check and stats -----------------------------------------------------------------------

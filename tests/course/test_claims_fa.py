@@ -232,7 +232,7 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
 # messages.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
-# three table rows begin with a value or pad a value that holds spaces; in the last three, "{word}" is shown through
+# three table rows begin with a value or pad a value that holds spaces; in the last five, "{word}" is shown through
 # messages.word (above, below, overlaps: the reader's language at run time, English in the stored output).
 SAID_NOT_ROUND_TRIP = {
     "       draft-kl     draft-ce     draft-kl    draft-kl   draft-kl        draft-kl   draft-kl",
@@ -243,6 +243,10 @@ SAID_NOT_ROUND_TRIP = {
     "    table of record      {theirs:.2f}: this run's speedup {word} it",
     "    the chain's gain against the tree's: {word} ({c:.2f} against {t:.2f})",
     "    {name} at T = {t:g}: the speedup measured here ({here}) {word} the record's ({record})",
+    "the chain's speedup at one thread ({one}) against two ({two}): {word} (overlapping intervals: no difference "
+    "measured)",
+    "the separate draft's chain at T = 1 ({h:.2f}) against its T = 0 speedup ({c:.2f}): {word} (overlapping "
+    "intervals: no difference measured)",
 }
 
 

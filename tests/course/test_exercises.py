@@ -106,7 +106,8 @@ def test_answer_tagged_markdown_becomes_the_prediction_prompt_and_the_question_s
         "(../solutions/01_demo.ipynb), the cell right after this question's code cell.")
     persian = exercises.answer_pointer("fa/01_demo.ipynb")
     assert persian.count("](../../solutions/fa/01_demo.ipynb)") == 1
-    assert persian.startswith(exercises.ANSWER_PLACEHOLDER_FA) and "answer" not in persian.lower()
+    assert persian.startswith('<div dir="rtl" lang="fa">\n\n' + exercises.ANSWER_PLACEHOLDER_FA)
+    assert persian.endswith("</div>") and "answer" not in persian.lower()
     assert answer.metadata["tags"] == ["nbval-ignore-output", "answer"]
     assert question.source.startswith("**Predict before you run:**")
     assert nb.cells[0].source == "# Title"  # untagged markdown is left alone

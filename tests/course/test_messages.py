@@ -23,6 +23,7 @@ from lessonlib import paths
 from lessonlib.core import theory
 from lessonlib.course import checks, exercises, message_catalogue, messages, widgets
 from lessonlib.course.checks import framework, wrong
+from lessonlib.course.persian import rtl_markdown
 from tests.course.test_checks import copy_of, references, stub_for
 
 # ----------------------------------------------------------------------------- the English-prose scan
@@ -303,7 +304,7 @@ def test_the_same_failure_in_persian(monkeypatch):
     with pytest.raises(checks.CheckFailed) as err:
         framework.expect_close("random p and q (vocab 8)", [0.5, 0.5], [0.25, 0.75], hint=checks.ex1.RESIDUAL)
     assert str(err.value) == (
-        "مورد 'p و q تصادفی (واژگان 8)': مقدارها فرق دارند (بیشترین اختلاف 0.25، تلرانس 1e-10)\n"
+        "مورد 'p و q تصادفی (واژگان 8)': مقدارها فرق دارند (بیشترین اختلاف 0.25، رواداری 1e-10)\n"
         "  مورد انتظار: [0.25 0.75]\n  خروجی شما:  [0.5 0.5]\n"
         "  راهنمایی: residual = max(p - q, 0) / sum(max(p - q, 0)): کل بردار q را کم کنید، بعد نرمال کنید")
     assert checks.ex1.RESIDUAL.startswith("residual = max")  # the constant itself stays the English template
@@ -342,9 +343,10 @@ def test_widgets_speak_persian(monkeypatch):
 
 def test_the_persian_exercise_prompt_comes_from_the_catalogue():
     pointer = exercises.answer_pointer("fa/01_exact_rule.ipynb")
-    assert pointer == ("*پیش‌بینی خودتان را بنویسید، سپس با خروجی بالا مقایسه کنید.* پاسخ در "
-                       "[`solutions/fa/01_exact_rule.ipynb`](../../solutions/fa/01_exact_rule.ipynb) است: سلولی که "
-                       "درست بعد از سلول کدِ این پرسش می‌آید.")
+    assert pointer == rtl_markdown(
+        "*پیش‌بینی خودتان را بنویسید، سپس با خروجی بالا مقایسه کنید.* پاسخ در "
+        "[`solutions/fa/01_exact_rule.ipynb`](../../solutions/fa/01_exact_rule.ipynb) است: سلولی که "
+        "درست بعد از سلول کدِ این پرسش می‌آید.")
     assert exercises.ANSWER_PLACEHOLDER_FA == messages._(exercises.ANSWER_PLACEHOLDER, "fa") != \
         exercises.ANSWER_PLACEHOLDER
     nb = nbformat.read(paths.ROOT / "exercises/fa/01_exact_rule.ipynb", as_version=4)

@@ -449,3 +449,24 @@ def test_check_lists_pending_sentences_and_passes(monkeypatch, capsys):
     assert "claims.po: untranslated: 'a new claim'" in out and "complete" not in out
     monkeypatch.setattr(translate, "problems", lambda root, names=(): ["claims.po: fuzzy: 'x'"])
     assert translate.main(["check"]) == 1
+
+
+RTL_BLOCK = re.compile(re.escape(persian.RTL_OPEN) + r".*?" + re.escape(persian.RTL_CLOSE), re.S)
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _outside_rtl(source: str) -> str:
+    """What a Persian markdown cell holds outside its right-to-left blocks and fenced code: nothing."""
+    return FENCE.sub("", RTL_BLOCK.sub("", source)).strip()
+
+
+def test_every_persian_markdown_cell_reads_right_to_left_placeholders_included():
+    notebooks = sorted(ROOT.glob("*/fa/*.ipynb"))
+    assert len(notebooks) == 11  # the lesson, five solutions, five exercises
+    loose = [f"{path.relative_to(ROOT)} cell {i}" for path in notebooks
+             for i, cell in enumerate(nbformat.read(path, as_version=4).cells)
+             if cell.cell_type == "markdown" and _outside_rtl(cell.source)]
+    assert not loose, "Persian markdown outside a right-to-left block:\n" + "\n".join(loose)
+    # negative control: the placeholder as it was, bare Persian with no wrapper, is caught
+    assert _outside_rtl(exercises.answer_pointer("fa/01_exact_rule.ipynb")) == ""
+    assert _outside_rtl("*پیش‌بینی خودتان را بنویسید* پاسخ در `x`") != ""

@@ -16,6 +16,7 @@ import torch
 
 from lessonlib.bench import kinds, record
 from lessonlib.bench import tree as tree_bench
+from lessonlib.core.kinds import KINDS
 from lessonlib.course import messages, plots
 from lessonlib.course.claims import Interval, order
 from lessonlib.course.messages import say
@@ -117,6 +118,9 @@ def sampled_gains(taus: Mapping[tuple[str, str], np.ndarray]) -> dict[str, Inter
 
 # --- the race between the EAGLE heads and the separate draft ----------------------------------
 
+# the kinds whose draft step is one block beside the target (EAGLE's and EAGLE-3's head, MTP's module), by
+# the kinds table's row label
+ONE_BLOCK = frozenset(k.report for k in KINDS if k.drafter in ("EagleDrafter", "MTPDrafter"))
 RACE_FAMILIES = ("EAGLE chain", "EAGLE tree", "EAGLE-2 dynamic", "EAGLE-3 chain", "EAGLE-3 tree")
 
 
@@ -282,7 +286,7 @@ def kinds_intervals(kinds_report: Mapping[str, Any]) -> KindsIntervals:
         cold, speed0, speed1, chains, c_of,
         first_guess={m: (r.get("acceptance_by_depth") or [r.get("alpha")])[0] for m, r in chains.items()},
         medusa=next(m for m, r in chains.items() if r["kind"] == "Medusa"), separate=separate,
-        one_block=[m for m, r in chains.items() if r["kind"].split()[0] in ("EAGLE", "EAGLE-3", "MTP")],
+        one_block=[m for m, r in chains.items() if r["kind"] in ONE_BLOCK],
         cheapest=min(chains, key=lambda m: c_of[m].median), top=max(cold, key=lambda m: speed0[m].median),
         rest=[m for m in speed1 if m != separate])
 
@@ -302,9 +306,8 @@ FAMILIES = ("chain draft-kl", "tree draft-kl", "Medusa", "EAGLE chain", "EAGLE t
             "EAGLE-3 chain", "EAGLE-3 tree", "MTP chain", "MTP tree")
 TRAINED = ("chain draft-kl", "tree draft-kl", "Medusa chain", "Medusa", "EAGLE chain", "EAGLE tree", "EAGLE-2 dynamic",
            "EAGLE-3 chain", "EAGLE-3 tree", "MTP chain", "MTP tree")  # the families whose drafter was trained
-PAIRS = {"draft-kl": (["chain draft-kl"], ["tree draft-kl"]),  # drafter: (its chain families, its tree families)
-         "EAGLE": (["EAGLE chain"], ["EAGLE tree", "EAGLE-2 dynamic"]),
-         "EAGLE-3": (["EAGLE-3 chain"], ["EAGLE-3 tree"]), "MTP": (["MTP chain"], ["MTP tree"])}
+# drafter: (its chain families, its tree families), from the registry; Medusa's heads draw a fixed tree of their own
+PAIRS = {k.label: ([k.chain], list(k.families[1])) for k in KINDS if k.name != "medusa"}
 
 
 def fastest_by_family(report: Mapping[str, Any]) -> dict[str, Row]:

@@ -87,7 +87,7 @@ def steps_measure(x):
             ["no draft; output repeats the input (code edits, RAG, summaries)",
              "n-gram prompt lookup (`method: ngram`) or lookahead decoding", "prompt lookup 1.66×, Lookahead 1.34×"],
             ["a much smaller model with the same tokenizer", "small same-family draft (`draft_model`)",
-             "68M draft 1.52×; HF assisted generation: ≥ 10× smaller, up to 2×"],
+             "68M draft 1.52×"],
             ["compute to train a small model", "draft distilled from the target",
              "DistillSpec: 10–45% more speedup than undistilled (Zhou et al. 2024)"],
             ["compute to train heads on the target's features", "Medusa heads, or an EAGLE-style head",

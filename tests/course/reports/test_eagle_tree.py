@@ -6,19 +6,10 @@ import numpy as np
 import pytest
 
 from lessonlib import paths
-from lessonlib.course import messages
 from lessonlib.course.claims import Interval
 from lessonlib.course.reports import eagle_tree as et
 
 BENCH = paths.ROOT / "outputs" / "benchmarks"
-
-
-@pytest.fixture(autouse=True)
-def english():
-    before = messages.language()
-    messages.use("en")
-    yield
-    messages.use(before)
 
 
 def spread(median, low, high):

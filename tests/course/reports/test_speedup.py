@@ -6,18 +6,9 @@ import matplotlib
 import pytest
 
 from lessonlib import paths
-from lessonlib.course import messages
 from lessonlib.course.reports import speedup as report
 
 matplotlib.use("Agg")
-
-
-@pytest.fixture(autouse=True)
-def english():
-    old = messages.language()
-    messages.use("en")
-    yield
-    messages.use(old)
 
 
 def summary(median, q25, q75, n=5):
