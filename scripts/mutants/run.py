@@ -5,6 +5,12 @@ the test files that speak for it, and print who killed what and the score per gr
     python scripts/mutants/run.py --group core  # one group: core, decoding, "kv cache", heads, bench, native
     python scripts/mutants/run.py --match tree  # mutants whose file or reason contains "tree" (repeatable)
     python scripts/mutants/run.py --check       # only check that every snippet still matches once (and compiles)
+    python scripts/mutants/run.py --out scripts/mutants/results.json   # also store who killed what
+
+``--out`` writes one row per mutant (group, file, reason, status, the test that killed it, seconds,
+equivalent) with the run's git revision, date and machine, atomically; ``scripts/docs_figures.py``
+renders the score per module in docs/testing.md from the stored file (a run that ends early stores
+the mutants it reached).
 
 A mutant is killed when its test run fails (a failing test, or a hang: every test has a
 LESSONLIB_TEST_TIMEOUT of 60 s and the whole run ``--timeout`` seconds). The copy holds
@@ -108,6 +114,26 @@ def score(results) -> list[str]:
     return lines
 
 
+def store(out: pathlib.Path, results: list[dict]) -> None:
+    """Write ``results`` with the run's revision, date and machine to ``out`` (atomically: a file
+    beside it, then renamed), so an interrupted run leaves the mutants it reached."""
+    import datetime
+    import json
+    import platform
+
+    revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    report = {"git_revision": revision + ("+dirty" if dirty else ""),
+              "written": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}",
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+              "mutants": results}
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.replace(out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--group", choices=sorted(GROUP_TESTS))
@@ -115,6 +141,8 @@ def main(argv=None) -> int:
                         help="only mutants whose file or reason contains this text (repeatable)")
     parser.add_argument("--check", action="store_true", help="only check that every snippet matches once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one mutant's test run")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="store the results as JSON (docs_figures.py reads scripts/mutants/results.json)")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTANTS if (args.group is None or m[0] == args.group)
               and (args.match is None or any(text in m[1] or text in m[4] for text in args.match))]
@@ -140,7 +168,10 @@ def main(argv=None) -> int:
             status, detail = run_tests(dest, tests_for(group, path), args.timeout, broken)
             target.write_text(source)
             equivalent = why in EQUIVALENT
-            results.append({"group": group, "status": status, "equivalent": equivalent})
+            results.append({"group": group, "path": path, "why": why, "status": status, "equivalent": equivalent,
+                            "detail": detail, "seconds": round(time.perf_counter() - start, 1)})
+            if args.out is not None:
+                store(args.out, results)
             mark = "EQUIVALENT " if equivalent else ""
             print(f"[{i}/{len(chosen)}] {status:<8} {mark}{path}: {why} ({time.perf_counter() - start:.0f} s) {detail}",
                   flush=True)
