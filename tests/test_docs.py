@@ -121,8 +121,39 @@ def _generator():
 def test_the_committed_mutant_figures_are_what_the_generator_renders():
     gen = _generator()
     text = (ROOT / gen.PAGE).read_text(encoding="utf-8")
-    assert gen.render(text, gen.block(*gen.load_catalogue())) == text, (
-        f"{gen.PAGE}: the mutants-per-group block is stale: run python scripts/docs_figures.py")
+    assert gen.rendered(text) == text, (
+        f"{gen.PAGE}: a generated mutants block is stale: run python scripts/docs_figures.py")
+
+
+def test_the_score_per_file_counts_kills_leaves_out_equivalents_and_errors_and_names_what_did_not_run():
+    gen = _generator()
+    mutants = [("core", "a.py", "x", "y", "one"), ("core", "a.py", "x", "y", "two"), ("core", "a.py", "x", "y", "same"),
+               ("decoding", "b.py", "x", "y", "three"), ("decoding", "b.py", "x", "y", "four"),
+               ("decoding", "c.py", "x", "y", "new since the run")]
+    results = [{"path": "a.py", "why": "one", "status": "killed", "equivalent": False},
+               {"path": "a.py", "why": "two", "status": "survived", "equivalent": False},
+               {"path": "a.py", "why": "same", "status": "survived", "equivalent": True},
+               {"path": "b.py", "why": "three", "status": "killed", "equivalent": False},
+               {"path": "b.py", "why": "four", "status": "error", "equivalent": False},
+               {"path": "b.py", "why": "a mutant the catalogue no longer holds", "status": "killed",
+                "equivalent": False}]
+    assert gen.module_scores(mutants, results) == [("a.py", 1, 2, 1, 0, 0), ("b.py", 1, 1, 0, 1, 0),
+                                                   ("c.py", 0, 0, 0, 0, 1)]
+    table = gen.score_block(mutants, {"git_revision": "abc", "written": "then", "machine": "here",
+                                      "mutants": results})
+    assert "| `a.py` | 1 / 2 | 50 % | 1 | 0 | 0 |" in table and "| `c.py` | 0 / 0 | – | 0 | 0 | 1 |" in table
+    assert "| all | 2 / 3 | 66.7 % | 1 | 1 | 1 |" in table and "Run at abc (then, here)" in table
+    assert "Survived: `a.py`: two." in table  # the equivalent one is not listed
+    assert "No mutation run is stored" in gen.score_block(mutants, None)
+
+
+def test_a_stored_run_that_is_not_one_is_refused_by_name(tmp_path):
+    gen = _generator()
+    (tmp_path / "scripts" / "mutants").mkdir(parents=True)
+    (tmp_path / gen.RESULTS).write_text('{"mutants": [{"path": "a.py"}]}')
+    with pytest.raises(ValueError, match="is not a stored mutation run"):
+        gen.load_results(tmp_path)
+    assert gen.load_results(tmp_path / "nowhere") is None
 
 
 def test_the_mutant_figures_count_each_group_and_leave_equivalents_out():
