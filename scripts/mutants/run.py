@@ -14,8 +14,10 @@ the mutants it reached).
 
 A mutant is killed when its test run fails (a failing test, or a hang: every test has a
 LESSONLIB_TEST_TIMEOUT of 60 s and the whole run ``--timeout`` seconds). The copy holds
-lessonlib/ (assets linked, not copied), tests/ and pyproject.toml; the working tree is never
-touched. The score leaves out the mutants of ``EQUIVALENT`` (they compute the same thing).
+lessonlib/ (assets linked, not copied), tests/, pyproject.toml and outputs/ (copied: the committed
+reports; a test run writes under test-outputs/, as the suite writes under a temporary folder), and
+links to locale/ and the notebooks' folders (read only); the working tree is never touched. The
+score leaves out the mutants of ``EQUIVALENT`` (they compute the same thing).
 """
 from __future__ import annotations
 
@@ -41,6 +43,10 @@ def copy_repository(dest: pathlib.Path) -> None:
     shutil.copytree(ROOT / "tests", dest / "tests", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
     (dest / "locale").symlink_to(ROOT / "locale")  # the Persian catalogues the message tests read: read only
+    for folder in ("notebooks", "solutions", "exercises"):  # the tests that read a notebook (read only)
+        (dest / folder).symlink_to(ROOT / folder)
+    # the committed reports and skill file some tests compare with: a copy, since a test run writes under outputs
+    shutil.copytree(ROOT / "outputs", dest / "outputs", ignore=shutil.ignore_patterns("screenshots"))
 
 
 def tests_for(group: str, path: str) -> list[str]:
@@ -49,7 +55,8 @@ def tests_for(group: str, path: str) -> list[str]:
 
 def pytest(dest: pathlib.Path, args: list[str], timeout: float):
     """(return code, failed test ids, last output line) of one pytest run in the copy."""
-    env = dict(os.environ, PYTHONPATH=str(dest), LESSONLIB_TEST_TIMEOUT="60", LESSONLIB_OUTPUTS=str(dest / "outputs"))
+    env = dict(os.environ, PYTHONPATH=str(dest), LESSONLIB_TEST_TIMEOUT="60",
+               LESSONLIB_OUTPUTS=str(dest / "test-outputs"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=-p no:cacheprovider", *args]
     done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
     failed = [line.split(" ", 1)[1][:160] for line in done.stdout.splitlines()
