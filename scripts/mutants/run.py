@@ -130,8 +130,9 @@ def store(out: pathlib.Path, results: list[dict]) -> None:
 
     revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.splitlines()
+    dirty = [line for line in status if not line.endswith(out.name)]  # the results file itself is not the code
     report = {"git_revision": revision + ("+dirty" if dirty else ""),
               "written": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H:%M:%SZ}",
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
