@@ -91,6 +91,24 @@ def load(name: str, device: str | None = None, directory: pathlib.Path = CHECKPO
     return model
 
 
+def on_engine(model: GPT, engine: str = "auto") -> GPT:
+    """``model``'s weights on ``engine`` ("auto": the one ``load`` picks here), ready to decode:
+    for a model that is not shipped, e.g. random weights in a shipped shape (a pass's time does
+    not depend on the values). The readable engine returns ``model`` itself; the others a copy."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a models.GPT, got {type(model).__name__}")
+    chosen = resolve(engine, str(model.device))
+    model = model.eval().requires_grad_(False)
+    if chosen in ("packed", "fast", "native"):
+        model = pack_for_cpu(model)
+    if chosen in ("fast", "native"):
+        fast = FastGPT.from_gpt(model)
+        fast.use_native = chosen == "native"
+        model = fast.prepare()  # again: from_gpt prepared it before use_native was set
+    model.engine = chosen
+    return model
+
+
 def engine_of(model) -> str:
     """Which engine runs ``model``'s cached calls: native, fast, packed or readable."""
     if isinstance(model, NativeLlama):
