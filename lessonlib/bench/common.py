@@ -18,7 +18,7 @@ import torch
 from lessonlib import cli, paths, runs, threads
 from lessonlib.core.backend import describe
 from lessonlib.decoding import measures, timing
-from lessonlib.engines import native
+from lessonlib.engines import native, resolve
 from lessonlib.jsonio import jsonable, write_together
 from lessonlib.models import data
 
@@ -93,8 +93,8 @@ NATIVE_PATH = ("native: every model loaded with engines.load is an engines.fast.
 
 
 def decode_path() -> str:
-    """``NATIVE_PATH`` where the native forward runs here (``engines.native.status``), else ``DECODE_PATH``."""
-    return NATIVE_PATH if native.enabled() and native.library() is not None else DECODE_PATH
+    """``NATIVE_PATH`` where ``engines.load``'s "auto" picks the native forward here, else ``DECODE_PATH``."""
+    return NATIVE_PATH if resolve("auto") == "native" else DECODE_PATH
 
 
 def machine() -> dict:
@@ -102,7 +102,7 @@ def machine() -> dict:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "thread_policy": threads.describe(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "backend": describe(), "decode_path": decode_path(), "engine": decode_path().split(":")[0],
+            "backend": describe(), "decode_path": decode_path(), "engine": resolve("auto"),
             "native": native.status()}
 
 

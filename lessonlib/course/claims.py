@@ -186,9 +186,9 @@ def _template(sentence: str) -> str:
 
 
 def _ends(value: Interval) -> list[tuple[str, Interval]]:
-    """Where within its spread the measured quantity could as well be: ``value`` itself, then a
-    single value (an interval of width zero) at its low end and at its high end."""
-    return [("median", value), ("low end", Interval(value.low, value.low, value.low, value.unit)),
+    """Where else within its spread the measured quantity could be: a single value (an interval of
+    width zero) at its low end and at its high end."""
+    return [("low end", Interval(value.low, value.low, value.low, value.unit)),
             ("high end", Interval(value.high, value.high, value.high, value.unit))]
 
 
@@ -224,9 +224,9 @@ def _with(values: Mapping[str, Any], changes: Mapping[tuple[str, Any], Interval]
 
 
 def _trials(leaves: list) -> list[tuple]:
-    """The ends tried: every combination of {median, low end, high end} up to ``SWEEP_LIMIT``
+    """The ends tried: every combination of {as measured, low end, high end} up to ``SWEEP_LIMIT``
     intervals; beyond, each interval alone and each pair in all four directions."""
-    options = [_ends(interval)[1:] for _, _, interval in leaves]  # low end, high end
+    options = [_ends(interval) for _, _, interval in leaves]
     if len(leaves) <= SWEEP_LIMIT:
         full = [[(None, None)] + [(end, point) for end, point in opts] for opts in options]
         return [tuple((i, end, v) for i, (end, v) in enumerate(combo) if end is not None)

@@ -27,16 +27,12 @@ from lessonlib.core import theory
 from lessonlib.course import messages
 from lessonlib.course.claims import Interval, order
 from lessonlib.course.messages import say
+from lessonlib.course.reports import cell
 from lessonlib.decoding import measures
 
 Key = tuple[str, float]  # (draft name, temperature)
 DECODING = "measured while decoding (accepted / judged)"  # the kind of α counted by the decoding loop
 DEFAULT_K = 3  # a draft's K when the record has no row for it
-
-
-def cell(s: Mapping[str, Any], digits: int = 2, unit: str = "") -> str:
-    """A table cell '1.52× [1.41, 1.60]': ``measures.fmt_spread`` of a summary without its count."""
-    return measures.fmt_spread(s, digits, unit, count=False)
 
 
 def record_row(rows: Sequence[Mapping[str, Any]], name: str, temperature: float,

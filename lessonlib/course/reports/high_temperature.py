@@ -18,6 +18,7 @@ from lessonlib.bench import record
 from lessonlib.core import theory
 from lessonlib.course.claims import Interval
 from lessonlib.course.messages import say
+from lessonlib.course.reports import cell
 from lessonlib.course.skill import verify_cost
 from lessonlib.decoding import batch, decode, fallback, measures
 from lessonlib.models import data
@@ -25,19 +26,14 @@ from lessonlib.models import data
 KINDS = ("sampled", "greedy")  # the two drafts the wall-clock runs time
 
 
-def fmt(s: Mapping[str, Any], digits: int = 2, unit: str = "") -> str:
-    """'median [q25, q75]' of a ``measures.summary`` (the notebook's ``fmt``: no count)."""
-    return measures.fmt_spread(s, digits, unit, count=False)
-
-
 def print_costs(in_loop: Mapping[str, Any], measured: Mapping[str, Any], warm: Mapping[int, float], c_warm: float,
                 rows_of_record: Sequence[Mapping[str, Any]], here: tuple[int, int, int]) -> None:
     """Print c and r warm and in the loop, f(n), and the table of record's chain K = 3 at T = 0 beside ``here``
     (prompt tokens, new tokens, repeats of the in-loop timing); returns None."""
     sizes = sorted(warm)
-    print(say("c in the decoding loop = {c} over {n} prompts; warm c = {warm:.3f}", c=fmt(in_loop['c'], 3),
+    print(say("c in the decoding loop = {c} over {n} prompts; warm c = {warm:.3f}", c=cell(in_loop['c'], 3),
               n=in_loop['c']['n'], warm=c_warm))
-    print(say("r = verify over 4 tokens / one-token step: in the loop {r}, warm f(4) = {f4:.2f}", r=fmt(in_loop['r']),
+    print(say("r = verify over 4 tokens / one-token step: in the loop {r}, warm f(4) = {f4:.2f}", r=cell(in_loop['r']),
               f4=warm[4] / warm[1]))
     print(say("one-token target step: warm {warm:.2f} ms, in the loop {loop:.2f} ms", warm=1e3 * warm[1],
               loop=1e3 * np.median([s['target_forward_seconds'] for s in measured['plain']])))
@@ -50,7 +46,7 @@ def print_costs(in_loop: Mapping[str, Any], measured: Mapping[str, Any], warm: M
         print(say("table of record, the same chain K = 3 at T = 0: c = {c}, r = {r} ({prompt}-token prompts, {new} new "
                   "tokens, fastest of {repeats}; here {here_prompt}-token prompts, {here_new} new tokens, fastest of "
                   "{here_repeats}: a longer run averages over more rounds and a later, longer context)",
-                  c=fmt(r0['c'], 3), r=fmt(r0['r']), prompt=r0['prompt_tokens'], new=r0['new_tokens'],
+                  c=cell(r0['c'], 3), r=cell(r0['r']), prompt=r0['prompt_tokens'], new=r0['new_tokens'],
                   repeats=r0['repeats'], here_prompt=here[0], here_new=here[1], here_repeats=here[2]))
     else:
         print(say("the table of record has no K = 3 chain of draft-kl at T = 0 for this thread count "
@@ -107,7 +103,7 @@ def print_drift(drift: Mapping[float, Mapping[str, np.ndarray]], drift_spread: M
         i = list(temps).index(t)
         for kind in KINDS:
             print(f"T = {t}, {kind:<8} α: " + "  ".join(f"{x:>7.3f}" for x in drift[t][kind])
-                  + say("   all: {all}   (held-out text: {text:.3f})", all=fmt(drift_spread[t][kind], 3),
+                  + say("   all: {all}   (held-out text: {text:.3f})", all=cell(drift_spread[t][kind], 3),
                         text=kl[kind][i]))
     print()
 
@@ -164,7 +160,7 @@ def print_wall(wall: Mapping[str, list], wall_spread: Mapping[str, list], alpha_
               "E/(Kc+r)"))
     for kind in wall:
         for (t, k, tau_m, _, pred, pred_r), spread_s, a_dec in zip(wall[kind], wall_spread[kind], alpha_dec[kind]):
-            print(f"{kind:<8} {t:>3} {k:>4} {tau_m:>10.2f}   {fmt(spread_s, unit='×'):>20} "
+            print(f"{kind:<8} {t:>3} {k:>4} {tau_m:>10.2f}   {cell(spread_s, unit='×'):>20} "
                   f"{kl[kind][list(temps).index(t)]:>14.3f} {a_dec:>18.3f} {pred:>11.2f}× {pred_r:>9.2f}×")
     print()
     wall_temps = [row[0] for row in wall["sampled"]]
@@ -172,13 +168,13 @@ def print_wall(wall: Mapping[str, list], wall_spread: Mapping[str, list], alpha_
         found = record.find(rows_of_record, source="decode", family="chain draft-kl", corpus="code", temperature=t,
                             threads=torch.get_num_threads())
         j = wall_temps.index(t)
-        here = say("{speedup} at K = {k}, {n} tokens, one run", speedup=fmt(wall_spread['sampled'][j], unit='×'),
+        here = say("{speedup} at K = {k}, {n} tokens, one run", speedup=cell(wall_spread['sampled'][j], unit='×'),
                    k=wall['sampled'][j][1], n=n)
         if found:
             best_rec = max(found, key=lambda r: r["speedup"]["median"])
             print(say("sampled draft at T = {t:g}: here {here}; table of record {record} at K = {k}, {prompt}-token "
                       "prompts, {new} tokens, fastest of {repeats}", t=t, here=here,
-                      record=fmt(best_rec['speedup'], unit='×'), k=best_rec['k'], prompt=best_rec['prompt_tokens'],
+                      record=cell(best_rec['speedup'], unit='×'), k=best_rec['k'], prompt=best_rec['prompt_tokens'],
                       new=best_rec['new_tokens'], repeats=best_rec['repeats']))
         else:
             print(say("sampled draft at T = {t:g}: here {here}; not in the table of record for this thread count",
@@ -252,7 +248,7 @@ def print_policy_streams(run: SimpleNamespace, phases: Sequence[tuple[float, int
     tps, ratio = run.tps, run.ratio
     for i, (t, _) in enumerate(phases):
         print(f"{i} (T={t})  {tps['always'][i]:>7.0f} {tps['never'][i]:>7.0f} {tps['policy'][i]:>8.0f}   "
-              f"{fmt(measures.summary(ratio[:, i])):>20} {int((ratio[:, i] >= 0.9).sum()):>12} of {n_streams}")
+              f"{cell(measures.summary(ratio[:, i])):>20} {int((ratio[:, i] >= 0.9).sum()):>12} of {n_streams}")
     for what, tokens in run.reaction.items():
         listed = ", ".join(say("never") if x is None else str(x) for x in tokens)
         print(say("policy switched off in the T = 2 phase after {tokens} tokens", tokens=listed)

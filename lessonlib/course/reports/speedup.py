@@ -34,16 +34,12 @@ from lessonlib.bench import bandwidth, record
 from lessonlib.course import plots
 from lessonlib.course.claims import Interval, order
 from lessonlib.course.messages import say
+from lessonlib.course.reports import cell
 from lessonlib.decoding import measures
 
 Summary = Mapping[str, Any]  # measures.summary: median, q25, q75 (and n)
 Spread = Mapping[int, Mapping[str, Summary]]  # {K: {quantity: summary over prompts}}
 SETTING = dict(source="decode", corpus="code", temperature=0.0)  # the record's rows this notebook's run matches
-
-
-def _cell(s: Summary, digits: int = 2) -> str:
-    """'1.52 [1.41, 1.60]': a summary's median and inter-quartile range, without its count."""
-    return measures.fmt_spread(s, digits, count=False)
 
 
 # --- measured: the course's tiny models on this CPU ------------------------------------------------
@@ -65,7 +61,7 @@ def measured_rows(ks: Sequence[int], spread: Spread, of_record: Mapping[int, dic
         here = Interval.of(s["speedup"], "×")
         theirs = f"{Interval.of(rec['speedup'], '×'):.2f}" if rec else say("not in the record")
         where = order(here, Interval.of(rec["speedup"], "×")) if rec else "–"
-        lines.append(f"{k:>2} {_cell(s['tau']):>17} {_cell(s['alpha']):>19} {_cell(s['c'], 3):>20} {_cell(s['r']):>17} "
+        lines.append(f"{k:>2} {cell(s['tau']):>17} {cell(s['alpha']):>19} {cell(s['c'], 3):>20} {cell(s['r']):>17} "
                      f"{format(here, '.2f'):>18} {theirs:>20}  {where}")
     return lines
 
@@ -77,13 +73,13 @@ def _record_lines(of_record: Mapping[int, dict], plain_of_record: dict | None, p
         return [say("the table of record has no chain draft-kl rows for this setting: python -m lessonlib.bench decode "
                     "writes them")]
     r0 = next(iter(of_record.values()))
-    plain_rate = (say(", plain {rate} tokens/s", rate=_cell(plain_of_record['tokens_per_second'], 0))
+    plain_rate = (say(", plain {rate} tokens/s", rate=cell(plain_of_record['tokens_per_second'], 0))
                   if plain_of_record else "")
     return [say("table of record: python -m lessonlib.bench decode, {prompts} prompts, {new} new tokens, "
                 "fastest of {repeats} runs each{plain}", prompts=r0['prompts'], new=r0['new_tokens'],
                 repeats=r0['repeats'], plain=plain_rate),
             say("this cell: {prompts} prompts, {new} new tokens, fastest of {repeats} runs each, plain {rate} tokens/s",
-                prompts=n_prompts, new=n_new, repeats=repeats, rate=_cell(plain_spread['tokens_per_second'], 0)),
+                prompts=n_prompts, new=n_new, repeats=repeats, rate=cell(plain_spread['tokens_per_second'], 0)),
             say("they may differ: fewer tokens and repeats leave more noise in each prompt's time, each run has the "
                 "load of its own moment on the machine, and a different plain rate means a different target step, "
                 "hence other c and r")]
@@ -99,7 +95,7 @@ def measured_table(target: Any, draft: Any, spread: Spread, plain_spread: Mappin
     print(say("target {t:.2f}M parameters, draft {d:.2f}M ({share:.2f} of the target)", t=target.num_params() / 1e6,
               d=draft.num_params() / 1e6, share=draft.num_params() / target.num_params()))
     print(say("plain decoding: {rate} tokens/s; one-token target step {ms:.2f} ms",
-              rate=_cell(plain_spread['tokens_per_second'], 0),
+              rate=cell(plain_spread['tokens_per_second'], 0),
               ms=1e3 * plain_spread['target_forward_seconds']['median']))
     print(say("median [q25, q75] over {n} held-out prompts, {new} new tokens, fastest of {repeats} runs each, "
               "{threads} torch thread(s)", n=n_prompts, new=n_new, repeats=repeats, threads=threads))

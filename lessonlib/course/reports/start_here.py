@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from lessonlib.bench import record
 from lessonlib.course.claims import Interval
 from lessonlib.course.messages import say
-from lessonlib.decoding import measures
+from lessonlib.course.reports import cell
 
 CHAIN = "chain draft-kl K=3"  # the record's name of the chain the table compares with plain decoding
 LOAD_PLAIN, LOAD_CHAIN = "plain T=0", "chain draft-kl K=3, T=0"  # load.json's names of the same two
@@ -38,11 +38,6 @@ class Load(NamedTuple):
     two_busy: float  # two threads: busy / idle
 
 
-def spread(summary: Mapping[str, Any], digits: int = 2, unit: str = "") -> str:
-    """'0.94× [0.93, 1.25]': a summary's median and quartiles without its count (the table has one)."""
-    return measures.fmt_spread(summary, digits, unit, count=False)
-
-
 def by_threads(rows: list[dict], method: str) -> dict[int, dict]:
     """{threads: row} of the record's decode rows of ``method`` on code prompts, greedy."""
     found = record.find(rows, source="decode", method=method, corpus="code", temperature=0.0)
@@ -53,8 +48,8 @@ def thread_lines(plain: Mapping[int, dict], chain: Mapping[int, dict]) -> list[s
     """The thread table's lines, header first, then one row per thread count both methods have, ascending."""
     lines = [f"{'threads':>8} {'plain tokens/s':>18} {'chain draft-kl K = 3 speedup':>30} {'prompts':>8}"]
     for n in sorted(set(plain) & set(chain)):
-        lines.append(f"{n:>8} {spread(plain[n]['tokens_per_second'], 0):>18} "
-                     f"{spread(chain[n]['speedup'], unit='×'):>30} {chain[n]['prompts']:>8}")
+        lines.append(f"{n:>8} {cell(plain[n]['tokens_per_second'], 0):>18} "
+                     f"{cell(chain[n]['speedup'], unit='×'):>30} {chain[n]['prompts']:>8}")
     return lines
 
 
@@ -80,8 +75,8 @@ def load_line(name: str, result: Mapping[str, Any]) -> str:
     head = f"  {name:<20} pass {result['pass_table']['ms'][0]:>5.2f} ms   "
     if not measured:
         return head + result["chain"].get("skipped", "")
-    return head + (f"plain {spread(plain['tokens_per_second'], 0)} tokens/s   "
-                   f"speedup {spread(measured['speedup'], unit='×')}")
+    return head + (f"plain {cell(plain['tokens_per_second'], 0)} tokens/s   "
+                   f"speedup {cell(measured['speedup'], unit='×')}")
 
 
 def load_rows(report: Mapping[str, Any] | None, shape: str) -> Load | None:
