@@ -72,3 +72,79 @@ def bidi_report(page, timeout_s: float = RENDER_TIMEOUT_S) -> list[dict]:
         return not any(c.get("pendingMath") or c.get("pendingRender") for c in last)
     _poll(page, typeset, timeout_s, interval_ms=500)
     return last
+
+
+# Printed Persian lines (lessonlib.course.rtl.isolate_line): each line in an RLI … PDI, each
+# left-to-right run (an exercise id, a number, an array) in an LRI … PDI. Read back from every
+# output area of the open notebook: a run is drawn in reading order when each of its characters
+# sits right after the one before it (same line, no gap, left to right); a Persian line when its
+# first two letters are drawn right to left. The sample lines are drawn in a <pre> of the page the
+# same way, with and without the isolates (the negative control: without them "1a" splits around
+# the Persian word and "1.92252e-12" breaks at its exponent).
+_OUTPUT_JS = r"""async (samples) => {
+  const w = window.__courseNotebook, frame = () => new Promise(r => requestAnimationFrame(() => r()));
+  const box = (node, i) => {
+    const r = document.createRange(); r.setStart(node, i); r.setEnd(node, i + 1);
+    const b = r.getBoundingClientRect(); return {left: b.left, right: b.right, top: Math.round(b.top), w: b.width};
+  };
+  // Characters [from, to) drawn one after another, left to right: each visible character (spaces and
+  // combining marks have no place of their own to judge) starts where the one before it ended, plus
+  // the width of the spaces between them. A wrapped run is judged on each line; null when
+  // no two of its characters share a line.
+  const contiguous = (node, from, to) => {
+    const seen = [];
+    for (let i = from; i < to; i++) if (/[^\s\p{M}\u200c\u200d]/u.test(node.data[i])) seen.push(i);
+    let judged = false;
+    for (let k = 0; k + 1 < seen.length; k++) {
+      const i = seen[k], j = seen[k + 1], a = box(node, i), b = box(node, j);
+      if (a.top !== b.top || !a.w || !b.w) continue;  // wrapped between them
+      judged = true;
+      let between = 0; for (let m = i + 1; m < j; m++) if (/\s/.test(node.data[m])) between += box(node, m).w;
+      if (Math.abs(b.left - a.right - between) > 1.5) return false;
+    }
+    return judged ? true : null;
+  };
+  const judge = node => {
+    const out = [], text = node.data;
+    for (const m of text.matchAll(/\u2066([^\u2066-\u2069]*)\u2069/g)) {
+      const start = m.index + 1, body = m[1];
+      if (body.trim().length < 2) continue;
+      out.push({kind: 'run', text: body, ordered: contiguous(node, start, start + body.length)});
+    }
+    for (const m of text.matchAll(/\u2067[^\u0600-\u06FF]*([\u0600-\u06FF]{2})/g)) {
+      const at = m.index + m[0].length - 2, a = box(node, at), b = box(node, at + 1);
+      out.push({kind: 'line', text: text.slice(m.index + 1, m.index + 30),
+                ordered: a.top === b.top ? a.right > b.right : null});
+    }
+    for (const line of text.split('\n'))  // a Persian line printed without isolates (a table row needs none)
+      if (/[\u0600-\u06FF]/.test(line) && !/[\u2066-\u2069]/.test(line) && !/\S {2,}\S/.test(line.trim()))
+        out.push({kind: 'bare', text: line.slice(0, 60), ordered: false});
+    return out;
+  };
+  const texts = el => { const t = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), out = [];
+    let n; while ((n = t.nextNode())) if (/[\u0600-\u06FF]/.test(n.data)) out.push(n); return out; };
+  const found = [];
+  for (const [index, cell] of w.content.widgets.entries()) {
+    if (cell.model.type !== 'code' || !cell.model.outputs.length) continue;
+    cell.node.scrollIntoView({block: 'start'}); await frame(); await frame();  // outputs are drawn on sight
+    for (const pre of cell.node.querySelectorAll('.jp-OutputArea-output pre'))
+      for (const node of texts(pre)) for (const r of judge(node)) found.push({index, ...r});
+  }
+  const host = document.querySelector('.jp-OutputArea-output') || document.body;
+  const probe = document.createElement('pre'); host.appendChild(probe);
+  const measured = {};
+  for (const [name, line, runs] of samples) {
+    probe.textContent = line; const node = probe.firstChild;
+    measured[name] = runs.map(run => { const at = line.indexOf(run);
+      return {text: run, ordered: at < 0 ? null : contiguous(node, at, at + run.length)}; });
+  }
+  probe.remove();
+  return {found, samples: measured};
+}"""
+
+
+def output_order_report(page, samples: list[tuple[str, str, list[str]]]) -> dict:
+    """``found``: every isolated run and Persian line in the open notebook's outputs, with whether it
+    is drawn in reading order (see _OUTPUT_JS); ``samples``: {name: [{text, ordered}]} for each
+    (name, line, runs) drawn in a <pre> of the page, each run's characters measured."""
+    return page.evaluate(_OUTPUT_JS, samples)

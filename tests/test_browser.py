@@ -27,6 +27,7 @@ import browser_support as bs
 import pytest
 
 from lessonlib import paths
+from lessonlib.course.rtl import isolate_line
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.relative_to(REPO).as_posix()
@@ -172,6 +173,28 @@ def check_rtl(page, report: dict, path: str) -> None:
     assert editors and set(editors) == {"ltr"}, f"{path}: code editors with direction {set(editors)}"
 
 
+# A printed Persian check line with the three values the Persian review found drawn out of order.
+ORDER_SAMPLE = "✓ تمرین 1a: رواداری 1.92252e-12، مقدار [0. 1. 0.5]"
+ORDER_RUNS = ["1a", "1.92252e-12", "[0. 1. 0.5]"]
+
+
+def check_output_order(page, report: dict, path: str) -> None:
+    """Every isolated run and Persian line printed in the notebook's outputs is drawn in reading
+    order; the sample line too, as ``isolate_line`` lays it out, and (the negative control, in the
+    same page and font) not without the isolates."""
+    got = browser_rtl.output_order_report(page, [("raw", ORDER_SAMPLE, ORDER_RUNS),
+                                                 ("isolated", isolate_line(ORDER_SAMPLE), ORDER_RUNS)])
+    isolated, raw = got["samples"]["isolated"], got["samples"]["raw"]
+    assert all(r["ordered"] for r in isolated), f"{path}: the isolated sample line is drawn out of order: {isolated}"
+    assert [r["ordered"] for r in raw][:2] == [False, False], \
+        f"{path}: negative control: without isolates '1a' and '1.92252e-12' should break, measured {raw}"
+    runs = [f for f in got["found"] if f["kind"] == "run"]
+    lines = [f for f in got["found"] if f["kind"] == "line"]
+    assert runs and lines, f"{path}: no isolated Persian output line to measure"
+    bad = [f for f in got["found"] if f["ordered"] is False]
+    assert not bad, f"{path}: printed text drawn out of reading order: {bad[:5]}"
+
+
 def _screenshot_focus(cells: list[dict]) -> int | None:
     """The cell a screenshot scrolls to: the first check saying "not implemented yet", else the
     first slider, else the first figure, else None (the top)."""
@@ -228,18 +251,19 @@ def test_exercise_notebook_in_browser(lab, page, path, tmp_path):
 @pytest.mark.parametrize("path", PERSIAN)
 def test_persian_lesson_runs_right_to_left_in_browser(lab, page, path, tmp_path):
     # the screenshot starts at the first code cell: left-to-right code, then Persian text below it
-    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_run, check_figures, check_rtl],
+    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_run, check_figures, check_rtl, check_output_order],
           focus=lambda cells: next((c["index"] for c in cells if c["type"] == "code"), None))
 
 
 @pytest.mark.parametrize("path", PERSIAN_SOLUTIONS)
 def test_persian_solution_renders_right_to_left_in_browser(lab, page, path, tmp_path):
-    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_figures, check_rtl], run=False)
+    drive(page, lab, path, Path(path).stem + "-fa", tmp_path, [check_figures, check_rtl, check_output_order], run=False)
 
 
 @pytest.mark.parametrize("path", PERSIAN_EXERCISES)
 def test_persian_exercise_runs_right_to_left_in_browser(lab, page, path, tmp_path):
-    drive(page, lab, path, Path(path).stem + "-exercise-fa", tmp_path, [check_run, check_figures, check_rtl])
+    drive(page, lab, path, Path(path).stem + "-exercise-fa", tmp_path,
+          [check_run, check_figures, check_rtl, check_output_order])
 
 
 def test_every_persian_notebook_kind_is_checked_right_to_left():
@@ -266,3 +290,26 @@ def test_negative_control_check_rtl_fails_on_a_bad_report(monkeypatch, bad, mess
     monkeypatch.setattr(browser_rtl, "bidi_report", lambda page: [code_cell, bad])
     with pytest.raises(AssertionError, match=message):
         check_rtl(None, {}, "demo.ipynb")
+
+
+@pytest.mark.parametrize("found, message", [
+    ([{"index": 3, "kind": "run", "text": "1a", "ordered": False},
+      {"index": 3, "kind": "line", "text": "تمرین", "ordered": True}], "out of reading order"),
+    ([], "no isolated Persian output line"),
+])
+def test_negative_control_check_output_order_fails_on_a_bad_report(monkeypatch, found, message):
+    """No browser needed: a printed run drawn out of order, or no line to measure, fails; a sample
+    whose raw line is drawn in order fails too (the measurement could not tell the two apart)."""
+    samples = {"isolated": [{"text": r, "ordered": True} for r in ORDER_RUNS],
+               "raw": [{"text": r, "ordered": False} for r in ORDER_RUNS]}
+    good = [{"index": 3, "kind": "run", "text": "1a", "ordered": True},
+            {"index": 3, "kind": "line", "text": "تمرین", "ordered": True}]
+    monkeypatch.setattr(browser_rtl, "output_order_report", lambda page, s: {"found": good, "samples": samples})
+    check_output_order(None, {}, "demo.ipynb")
+    monkeypatch.setattr(browser_rtl, "output_order_report", lambda page, s: {"found": found, "samples": samples})
+    with pytest.raises(AssertionError, match=message):
+        check_output_order(None, {}, "demo.ipynb")
+    blind = {**samples, "raw": samples["isolated"]}
+    monkeypatch.setattr(browser_rtl, "output_order_report", lambda page, s: {"found": good, "samples": blind})
+    with pytest.raises(AssertionError, match="negative control"):
+        check_output_order(None, {}, "demo.ipynb")

@@ -297,6 +297,7 @@ def claim(sentence: str, holds: Any, *, show: bool = True, **values: Any) -> Cla
         line = f"{text} {verdict}"
     if flips:
         line += " " + messages.say(FRAGILE, where="; ".join(flips[:3]))
+    line = messages.printed(line)  # one line laid out for the language, its parts together
     if show:
         print(line)
     return Claim(sentence, dict(values), ok, line, tuple(flips))

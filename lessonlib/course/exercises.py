@@ -35,7 +35,7 @@ import sys
 import nbformat
 
 from lessonlib import cli, paths
-from lessonlib.course.messages import N_, say, translated
+from lessonlib.course.messages import N_, _, translated
 from lessonlib.course.rtl import rtl_markdown
 from lessonlib.jsonio import write_atomic
 
@@ -71,8 +71,9 @@ def answer_pointer(name: str) -> str:
     one run of the generator writes both editions."""
     link = "../" * (name.count("/") + 1) + f"solutions/{name}"
     lang = _language(name)
-    text = say("{prompt} The answer: [`{path}`]({link}), the cell right after this question's code cell.", lang,
-               prompt=translated(ANSWER_PLACEHOLDER, lang), path=f"solutions/{name}", link=link)
+    # Markdown, not a printed line: ``_`` and format (``say`` would add the bidi isolates of a printed line)
+    text = _("{prompt} The answer: [`{path}`]({link}), the cell right after this question's code cell.", lang).format(
+        prompt=translated(ANSWER_PLACEHOLDER, lang), path=f"solutions/{name}", link=link)
     return text if lang == "en" else rtl_markdown(text)  # right to left like every other Persian markdown cell
 
 

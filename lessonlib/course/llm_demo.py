@@ -34,6 +34,17 @@ def run(new_tokens: int = 64, k: int = 5, repeats: int = 2, prompt: int = 0) -> 
             "new_tokens": new_tokens, "k": k}
 
 
+def excerpt(reply: str, limit: int = 400) -> str:
+    """The first ``limit`` characters of a model's reply, as a cell prints it: cut at a line end where
+    one is near, marked "…" where cut, and a code fence the cut left open closed, so the Persian build
+    (``messages.translate_output``) keeps every line of it verbatim."""
+    if limit < 1:
+        raise ValueError(f"limit must be a positive number of characters, got {limit!r}")
+    text = reply if len(reply) <= limit else reply[:limit].rsplit("\n", 1)[0] + " …"
+    fences = sum(1 for line in text.splitlines() if line.lstrip().startswith("```"))
+    return text + ("\n```" if fences % 2 else "")
+
+
 def stored() -> dict | None:
     """The committed ``bench llm`` report (outputs/benchmarks/llm.json), or None before its first run."""
     return record.read("llm")

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import polib
 
 from lessonlib import paths
+from lessonlib.course.rtl import isolate_text
 
 SOURCE = "en"
 LANGUAGES = (SOURCE, "fa")
@@ -91,8 +92,15 @@ def _(english: str, lang: str | None = None) -> str:
 
 
 def say(english: str, lang: str | None = None, **values) -> str:
-    """``_(english)`` formatted with ``values`` (the placeholders of the English template)."""
-    return _(english, lang).format(**values)
+    """``_(english)`` formatted with ``values`` (the placeholders of the English template); in a
+    right-to-left language each line bidi-isolated (``rtl.isolate_line``), so it is drawn in reading order."""
+    return printed(_(english, lang).format(**values), lang)
+
+
+def printed(text: str, lang: str | None = None) -> str:
+    """A line (or lines) composed for printing in ``lang`` (default: the current language), laid out for
+    it: bidi-isolated in a right-to-left language (``rtl.isolate_text``), as ``say`` lays out its own."""
+    return text if _checked(lang or language()) == SOURCE else isolate_text(text)
 
 
 def N_(english: str) -> str:
@@ -302,11 +310,26 @@ def translate_line(line: str, lang: str) -> str:
     return line
 
 
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
 def translate_output(text: str, lang: str) -> str:
-    """Printed English (a stored stream output) in ``lang``, line by line; unknown lines unchanged."""
+    """Printed English (a stored stream output) in ``lang``, line by line; unknown lines unchanged, and
+    the lines of a fenced block (a model's reply, printed between ``` lines) verbatim: what a model
+    wrote is not the course speaking, even where a line of it reads like a template ("return {what}")."""
     if _checked(lang) == SOURCE:
         return text
-    return "".join(translate_line(line, lang) if line.strip() else line for line in text.splitlines(keepends=True))
+    out, fence = [], None
+    for line in text.splitlines(keepends=True):
+        marker = FENCE.match(line)
+        if fence is None and marker:
+            fence = marker[1]
+        elif fence is not None:
+            fence = None if marker and marker[1].startswith(fence) and not line.strip().strip(fence[0]) else fence
+        elif line.strip():
+            line = isolate_text(translate_line(line, lang))
+        out.append(line)
+    return "".join(out)
 
 
 def localise(text: str) -> str:

@@ -60,3 +60,115 @@ def rtl_markdown(text: str) -> str:
         else:
             parts.append(f"{RTL_OPEN}\n\n{_isolate_ltr(body.strip(chr(10)))}\n\n{RTL_CLOSE}")
     return "\n\n".join(parts)
+
+
+# --- printed lines ---------------------------------------------------------------------------
+# A notebook's output area is a left-to-right <pre>: a printed Persian line is laid out by the
+# Unicode bidi algorithm with no direction of its own, so "تمرین 1a" splits into "1 … a", a
+# "1.92252e-12" breaks at its sign and an array's elements come out reversed. ``isolate_line``
+# puts the line in a right-to-left isolate (U+2067 … U+2069) and every left-to-right run in it
+# (a number, an array, a name, an English word) in a left-to-right isolate (U+2066 … U+2069).
+# It is a function of the printed text alone, so a live print (``messages.say``) and a stored
+# output translated by the Persian build (``messages.translate_output``) come out identical.
+LRI, RLI, PDI = "\u2066", "\u2067", "\u2069"
+ISOLATES = re.compile(f"[{LRI}{RLI}\u2068{PDI}]")
+RTL_LETTER = re.compile(r"[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]")  # Hebrew and Arabic script
+# A left-to-right run: from a Latin, Greek or Cyrillic letter or a digit to the last such character
+# before the next right-to-left letter (what lies between, spaces and punctuation, goes with it).
+_STRONG = r"[0-9A-Za-z\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF]"
+_RUN = re.compile(rf"{_STRONG}(?:[^\n\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]*{_STRONG})?")
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+_TABLE_GAP = re.compile(r"\S {2,}\S")  # columns padded apart: a table row keeps its left-to-right order
+
+
+def _widen(line: str, start: int, end: int, lo: int, hi: int) -> tuple[int, int]:
+    """Grow the run ``line[start:end]``, within ``line[lo:hi]``, over what belongs to its value: a sign
+    before a number ("-0.5"), brackets or quotes whose partner is inside ("[0. 1.]", "'tvd'"), a
+    bracketed value ("(x)"), a closing "×" or "%"."""
+    changed = True
+    while changed:
+        changed = False
+        run = line[start:end]
+        before, after = line[start - 1:start] if start > lo else "", line[end:end + 1] if end < hi else ""
+        for opening, closing in _PAIRS.items():
+            if run.count(opening) > run.count(closing) and after == closing:
+                end, changed = end + 1, True
+            elif run.count(closing) > run.count(opening) and before == opening:
+                start, changed = start - 1, True
+        for quote in "'\"":  # a quoted value: "'tvd'"
+            if run.count(quote) % 2 and after == quote:
+                end, changed = end + 1, True
+            elif run.count(quote) % 2 and before == quote:
+                start, changed = start - 1, True
+        if changed:
+            continue
+        if after in ("×", "%") and after or line[end:end + 2] in (".]", ".)") and end + 2 <= hi:
+            end, changed = end + 1, True  # "1.60×", "5 %", numpy's "[0. 1.]"
+        elif before in _PAIRS and after == _PAIRS[before]:
+            start, end, changed = start - 1, end + 1, True  # a bracketed value: "[0. 1. 0.5]", "(x)"
+        elif before in ("-", "+", "−") and line[start].isdigit():
+            start, changed = start - 1, True
+    return start, end
+
+
+def _unmatched(text: str) -> list[int]:
+    """Where ``text`` has a bracket without its partner ("0.624 (202 draft" -> [6])."""
+    stack: list[int] = []
+    lonely = []
+    closers = {v: k for k, v in _PAIRS.items()}
+    for i, char in enumerate(text):
+        if char in _PAIRS:
+            stack.append(i)
+        elif char in closers:
+            if stack and text[stack[-1]] == closers[char]:
+                stack.pop()
+            else:
+                lonely.append(i)
+    return sorted(lonely + stack)
+
+
+def _runs(line: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The left-to-right runs of ``line[lo:hi]`` as (start, end): widened (``_widen``), and split at a
+    bracket whose partner lies outside the run (it belongs to the right-to-left text around it)."""
+    found: list[tuple[int, int]] = []
+    for match in _RUN.finditer(line, lo, hi):
+        if found and match.start() < found[-1][1]:
+            continue  # inside the previous run, which a bracket or quote widened over it
+        start, end = _widen(line, *match.span(), lo, hi)
+        lonely = [start + i for i in _unmatched(line[start:end])]
+        if not lonely:
+            found.append((start, end))
+            continue
+        for a, b in zip([start - 1] + lonely, lonely + [end]):
+            found += _runs(line, a + 1, b)
+    return found
+
+
+def strip_isolates(text: str) -> str:
+    """``text`` without the bidi isolate characters ``isolate_line`` adds."""
+    return ISOLATES.sub("", text)
+
+
+def isolate_line(line: str) -> str:
+    """One printed line laid out in reading order: unchanged without a right-to-left letter; else each
+    left-to-right run in an LRI … PDI and (unless the line is a table row, whose columns read left to
+    right) the line after its indent in an RLI … PDI. Idempotent: isolates already there are redone."""
+    line = strip_isolates(line)
+    if not RTL_LETTER.search(line):
+        return line
+    out, at = [], 0
+    for start, end in _runs(line, 0, len(line)):
+        out += [line[at:max(start, at)], LRI, line[max(start, at):end], PDI]
+        at = end
+    body = "".join(out) + line[at:]
+    indent = body[:len(body) - len(body.lstrip(" "))]
+    if _TABLE_GAP.search(line.strip()):
+        return body
+    return f"{indent}{RLI}{body[len(indent):]}{PDI}"
+
+
+def isolate_text(text: str) -> str:
+    """``isolate_line`` on each line of ``text``, line ends kept."""
+    return "".join(isolate_line(line[:len(line) - len(ending)]) + ending
+                   for line in text.splitlines(keepends=True)
+                   for ending in [line[len(line.rstrip("\r\n")):]])

@@ -24,6 +24,7 @@ from lessonlib.core import theory
 from lessonlib.course import checks, exercises, message_catalogue, messages, widgets
 from lessonlib.course.checks import framework, wrong
 from lessonlib.course.persian import rtl_markdown
+from lessonlib.course.rtl import isolate_line, isolate_text
 from tests.course.test_checks import copy_of, references, stub_for
 
 # ----------------------------------------------------------------------------- the English-prose scan
@@ -155,7 +156,8 @@ def test_a_stored_failure_turns_into_the_persian_one(persian, english):
     whole message mostly (a hint whose text holds " — " stays English: ``messages._LAST_VALUE``)."""
     failures = [label for label in english if " wrong " in label]
     first = [label for label in failures
-             if messages.translate_line(english[label].splitlines()[0], "fa") == persian[label].splitlines()[0]]
+             if isolate_line(messages.translate_line(english[label].splitlines()[0], "fa"))
+             == persian[label].splitlines()[0]]
     assert first == failures
     whole = [label for label in failures if messages.translate_output(english[label], "fa") == persian[label]]
     assert len(whole) > 0.7 * len(failures), sorted(set(failures) - set(whole))
@@ -163,7 +165,7 @@ def test_a_stored_failure_turns_into_the_persian_one(persian, english):
 
 def test_translate_output_of_a_check_line():
     line = "✓ exercise 3d: 'tvd': minimising the mean TV maximises the mean α = 1 − TV on the training text\n"
-    assert messages.translate_output(line, "fa") == (
+    assert messages.translate_output(line, "fa") == isolate_text(
         "✓ تمرین 3d: 'tvd': کمینه کردن میانگین TV، میانگین α = 1 − TV را روی متن آموزشی بیشینه می‌کند\n")
     assert messages.translate_output(line, "en") == line
     other = "a line no template knows\n"
@@ -303,7 +305,7 @@ def test_the_same_failure_in_persian(monkeypatch):
     monkeypatch.setattr(messages, "_state", {"lang": "fa"})
     with pytest.raises(checks.CheckFailed) as err:
         framework.expect_close("random p and q (vocab 8)", [0.5, 0.5], [0.25, 0.75], hint=checks.ex1.RESIDUAL)
-    assert str(err.value) == (
+    assert str(err.value) == isolate_text(
         "مورد 'p و q تصادفی (واژگان 8)': مقدارها فرق دارند (بیشترین اختلاف 0.25، رواداری 1e-10)\n"
         "  مورد انتظار: [0.25 0.75]\n  خروجی شما:  [0.5 0.5]\n"
         "  راهنمایی: residual = max(p - q, 0) / sum(max(p - q, 0)): کل بردار q را کم کنید، بعد نرمال کنید")
@@ -376,9 +378,10 @@ def test_a_stub_message_is_shown_in_persian_and_its_code_stays_english(monkeypat
     monkeypatch.setattr(messages, "_state", {"lang": "fa"})
     persian = widgets.safe_call(stub)[1]
     assert english_runs(english) and english_runs(persian) == []  # negative control: the English is found
-    assert persian == "هنوز پیاده‌سازی نشده (تمرین 2c: دیکودینگ ساده برای هر توکن 1 هزینه دارد؛ آن را بر زمان " \
-                      "واقعی هر توکن تقسیم کنید)"
-    assert widgets.safe_call(stub_for("2c"))[1] == "هنوز پیاده‌سازی نشده (exercise 2c: to do)"  # unknown: as it is
+    assert persian == isolate_line("هنوز پیاده‌سازی نشده (تمرین 2c: دیکودینگ ساده برای هر توکن 1 هزینه دارد؛ آن را "
+                                   "بر زمان واقعی هر توکن تقسیم کنید)")
+    unknown = widgets.safe_call(stub_for("2c"))[1]
+    assert unknown == isolate_line("هنوز پیاده‌سازی نشده (exercise 2c: to do)")  # an unknown message: as it is
 
 
 def test_negative_control_a_throwaway_underscore_beside_a_translation_is_found():

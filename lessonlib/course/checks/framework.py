@@ -28,6 +28,7 @@ from lessonlib.course.checks import numeric, sandbox
 from lessonlib.course.checks.numeric import low_precision  # noqa: F401  (re-exported)
 from lessonlib.course.checks.sandbox import LIMITS, TimeUp
 from lessonlib.course.messages import N_, _, say, translated
+from lessonlib.course.rtl import strip_isolates
 
 SHOW = 8  # arrays with more entries print summarised, so the hint stays in view
 
@@ -80,8 +81,9 @@ def _shown(expected, got) -> tuple[str, str]:
 
 def quoted(case: str) -> str:
     """A case's name in the student's language, quoted as ``repr`` quotes it ('random p and q'), but
-    with Persian's zero-width non-joiner kept as the letter it is (``repr`` would write \\u200c)."""
-    return repr(translated(case)).replace("\\u200c", "\u200c")
+    with Persian's zero-width non-joiner kept as the letter it is (``repr`` would write \\u200c) and
+    without bidi isolates (the line it is printed in is isolated as a whole, ``rtl.isolate_line``)."""
+    return repr(strip_isolates(translated(case))).replace("\\u200c", "\u200c")
 
 
 def fail(case: str, problem: str, expected=None, got=None, hint: str | None = None):
