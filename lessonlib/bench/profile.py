@@ -38,6 +38,8 @@ from lessonlib.engines import load, load_head
 from lessonlib.models import CHECKPOINTS
 
 EAGLE_CALL = "EAGLE head + LM head, 1 node (loop: drafting time per head call, tree bookkeeping included)"
+STEP, VERIFY, DRAFT_STEP = "target step (1 token)", "target verify ({n} tokens)", "draft-kl step (1 token)"
+NAMES = (STEP, VERIFY, DRAFT_STEP, EAGLE_CALL)  # the forwards' names a notebook prints (translated: message_catalogue)
 TREES = {"EAGLE chain K=4": (1, 1, 1, 1), "EAGLE tree 2-1-1-1": (2, 1, 1, 1)}
 
 
@@ -61,9 +63,9 @@ def warm_forwards(target, draft, eagle, prefix_len=100, k=3):
         return target.lm_head(eagle(target, idx[:, :n], hidden[:, :n], cache=cache))
 
     return {
-        "target step (1 token)": warm_seconds(lambda: step(gpt(target), t_cache, 1)),
-        f"target verify ({k + 1} tokens)": warm_seconds(lambda: step(gpt(target), t_cache, k + 1)),
-        "draft-kl step (1 token)": warm_seconds(lambda: step(gpt(draft), d_cache, 1)),
+        STEP: warm_seconds(lambda: step(gpt(target), t_cache, 1)),
+        VERIFY.format(n=k + 1): warm_seconds(lambda: step(gpt(target), t_cache, k + 1)),
+        DRAFT_STEP: warm_seconds(lambda: step(gpt(draft), d_cache, 1)),
         EAGLE_CALL: warm_seconds(lambda: step(eagle_call, e_cache, 1)),
     }
 
@@ -126,9 +128,7 @@ def run(n_prompts=common.DEFAULTS["prompts"], prompt_len=common.DEFAULTS["prompt
             lambda: tree_generate(target, EagleDrafter(eagle, target), prompts[0], new_tokens,
                                   rule=functools.partial(tree.draft_topk, branching=TREES[best_tree]))),
     }
-    in_loop = {"target step (1 token)": step_s,
-               f"target verify ({best['k'] + 1} tokens)": best["r"] * step_s,
-               "draft-kl step (1 token)": best["c"] * step_s,
+    in_loop = {STEP: step_s, VERIFY.format(n=best["k"] + 1): best["r"] * step_s, DRAFT_STEP: best["c"] * step_s,
                EAGLE_CALL: trees["EAGLE chain K=4"]["draft_ms_per_round"] / 4e3}
     return {"warm_seconds": warm_forwards(target, draft, eagle, k=best["k"]), "in_loop_seconds": in_loop,
             "chain": chain, "best_k": best["k"], "trees": trees, "operators": profiles}

@@ -150,7 +150,7 @@ def data_templates() -> dict[str, list[str]]:
     """Sentences that live in data: the names of the negative controls and of the gallery's exact
     samplers (the checks print them), the exercises' stub messages (``BEGIN SOLUTION`` markers) and the
     record's provenance line (``bench.record.quoted``)."""
-    from lessonlib.bench import record
+    from lessonlib.bench import profile, record
     from lessonlib.course import exercises, gallery, gallery_detect
     from lessonlib.course.checks import wrong
 
@@ -168,8 +168,10 @@ def data_templates() -> dict[str, list[str]]:
         found[label].append("lessonlib/course/gallery_detect.py")
     for line in DESCRIBE:
         found[line].append("lessonlib/core/backend.py")
-    # the bench layer cannot import messages: its one printed line a notebook shows (messages.localise)
+    # the bench layer cannot import messages: the lines and names a notebook shows of it (messages.localise)
     found[record.QUOTED + "{reports}"].append("lessonlib/bench/record.py")
+    for name in profile.NAMES:
+        found[name].append("lessonlib/bench/profile.py")
     return dict(found)
 
 

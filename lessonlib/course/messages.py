@@ -32,7 +32,7 @@ from typing import NamedTuple
 import polib
 
 from lessonlib import paths
-from lessonlib.course.rtl import isolate_text
+from lessonlib.course.rtl import isolate_text, rtl_markdown, strip_isolates
 
 SOURCE = "en"
 LANGUAGES = (SOURCE, "fa")
@@ -330,6 +330,34 @@ def translate_output(text: str, lang: str) -> str:
             line = isolate_text(translate_line(line, lang))
         out.append(line)
     return "".join(out)
+
+
+def _table_cell(text: str, lang: str) -> str:
+    """One cell of a Markdown table in ``lang``: a template that renders all of it (its name may begin
+    with a placeholder: "{name} (shipped)"), else translated as a line."""
+    if not text or set(text) <= set("-: "):
+        return text
+    return _whole_line(text, lang, True) or translate_line(text, lang)
+
+
+def markdown(text: str, lang: str | None = None) -> str:
+    """Markdown a cell displays (``display(Markdown(...))``), in ``lang`` (default: the current one):
+    English lines and table cells translated through the catalogues as printed lines are, a Persian
+    line (``say``'s) kept, bidi isolates dropped (Markdown is laid out by its own ``dir``), and the
+    whole wrapped right to left (``rtl.rtl_markdown``). The Persian build calls it on the stored
+    English, so a stored display reads as a re-run shows it."""
+    lang = _checked(lang or language())
+    if lang == SOURCE:
+        return text
+    lines = []
+    for line in strip_isolates(text).split("\n"):
+        row = line.strip()
+        if row.startswith("|") and row.endswith("|") and len(row) > 1:
+            line = "| " + " | ".join(_table_cell(c.strip(), lang) for c in row[1:-1].split("|")) + " |"
+        elif row:
+            line = translate_line(line, lang)
+        lines.append(line)
+    return rtl_markdown("\n".join(lines))
 
 
 def localise(text: str) -> str:

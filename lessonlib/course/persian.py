@@ -94,12 +94,15 @@ def without_language_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def translate_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Every stored stdout of ``nb``'s code cells in Persian, line by line through the catalogues
     (``messages.translate_output``: a line no template rendered stays as it is; the catalogues are
-    this checkout's, ``messages.LOCALE``). stderr, rich outputs and execute results are left
-    alone: warnings, progress bars, figures, reprs."""
+    this checkout's, ``messages.LOCALE``), and every displayed Markdown (``messages.markdown``: its
+    lines and table cells, wrapped right to left). stderr and other rich outputs are left alone:
+    warnings, progress bars, figures, reprs."""
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "stream" and output.get("name") == "stdout":
                 output.text = messages.translate_output(output.text, LANG)
+            elif "text/markdown" in output.get("data", {}):
+                output.data["text/markdown"] = messages.markdown(output.data["text/markdown"], LANG)
     return nb
 
 

@@ -73,9 +73,11 @@ def _english_cells(cells):
 
 
 def _code_without_stdout(cells):
-    """Code cells with their stored stdout text left out (the build translates it)."""
-    return [{**c, "outputs": [{k: v for k, v in o.items() if not (k == "text" and o.get("name") == "stdout")}
-                              for o in c.get("outputs", [])]} for c in cells if c["cell_type"] == "code"]
+    """Code cells with their stored stdout text and displayed Markdown left out (the build translates them)."""
+    def kept(o):
+        o = {k: v for k, v in o.items() if not (k == "text" and o.get("name") == "stdout")}
+        return {**o, "data": {m: v for m, v in o["data"].items() if m != "text/markdown"}} if "data" in o else o
+    return [{**c, "outputs": [kept(o) for o in c.get("outputs", [])]} for c in cells if c["cell_type"] == "code"]
 
 
 def test_the_build_keeps_every_code_cell_of_the_real_notebooks():

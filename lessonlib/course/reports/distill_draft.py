@@ -26,11 +26,18 @@ from lessonlib.bench import record
 from lessonlib.core import theory
 from lessonlib.course import messages
 from lessonlib.course.claims import Interval, order
-from lessonlib.course.messages import say
+from lessonlib.course.messages import N_, say
 from lessonlib.course.reports import cell
 from lessonlib.decoding import measures
 
 Key = tuple[str, float]  # (draft name, temperature)
+# The words of the two Markdown tables (``distill.table_markdown``'s header and draft names, and
+# ``speedup_table``'s), as templates: ``messages.markdown`` translates each cell through them.
+TABLE_WORDS = (N_("model"), N_("α T=1 {corpus}"), N_("greedy T=0 {corpus}"), N_("bits/byte {corpus}"),
+               N_("target (itself)"), N_("random init"), N_("{name} (shipped)"),
+               N_("your draft ({loss}, {steps} steps)"), N_("draft"), N_("α (decoding)"),
+               N_("predicted E/(Kc+1)"), N_("measured here"), N_("table of record"), N_("{speedup}, {n} prompts"),
+               N_("not in the record"))
 DECODING = "measured while decoding (accepted / judged)"  # the kind of α counted by the decoding loop
 DEFAULT_K = 3  # a draft's K when the record has no row for it
 
@@ -86,8 +93,55 @@ def speedup_table(rows: Sequence[SpeedupRow], n_prompts: int, new: int, threads:
         lines.append(f"| {row.name} | {row.t:g} | {row.k} | {cell(s['tau'])} | {cell(s['alpha'], 3)} | "
                      f"{cell(s['c'], 3)} | {cell(s['r'])} | {row.predicted:.2f}× | {cell(s['speedup'], unit='×')} | "
                      f"{reference} |")
-    return (f"Median [q25, q75] over {n_prompts} held-out code prompts, {new} new tokens, "
-            f"{threads} torch thread(s):\n\n" + "\n".join(lines))
+    head = say("Median [q25, q75] over {n} held-out code prompts, {new} new tokens, {threads} torch thread(s):",
+               n=n_prompts, new=new, threads=threads)
+    return messages.markdown(head + "\n\n" + "\n".join(lines))
+
+
+def heldout_markdown(rows: Sequence[Mapping[str, Any]], n_tokens: int, here: Mapping[str, float],
+                     there: Mapping[str, float]) -> str:
+    """Notebook 03's held-out comparison as Markdown in the reader's language: what it is measured on,
+    ``distill.table_markdown(rows)``, and the target's bits/byte ``here`` (on these tokens) beside
+    ``there`` (its checkpoint's metadata, on up to 60,000 tokens), per corpus."""
+    from lessonlib.models import distill
+
+    pairs = "; ".join(say("{corpus} {here:.3f} here vs {there:.3f} there", corpus=c, here=here[c], there=there[c])
+                      for c in here)
+    text = (say("Teacher-forced on the first {n:,} held-out tokens of each corpus.", n=n_tokens) + "\n\n"
+            + distill.table_markdown(list(rows)) + "\n\n"
+            + say("The target's bits/byte here is measured on these {n:,} tokens; the checkpoint metadata printed at "
+                  "the top measured the same quantity on up to the first 60,000 held-out tokens: {pairs} — two samples "
+                  "of one quantity, not two quantities.", n=n_tokens, pairs=pairs))
+    return messages.markdown(text)
+
+
+def findings_markdown(result: Mapping[tuple[str, str], Mapping[str, float]], student: str, steps: int, n_tokens: int,
+                      decoding: Mapping[float, float], n_prompts: int, ft_steps: int, winner: str) -> str:
+    """Notebook 03's findings as Markdown in the reader's language, from ``result`` ({(draft, corpus):
+    a held-out row}), the student's draft's name and steps, ``decoding`` ({T: draft-kl's α while
+    decoding}) and the equal-budget continuation's ``winner``."""
+    corpora = list(dict.fromkeys(c for _, c in result))
+
+    def both(name: str) -> str:
+        return ", ".join(f"{c} {result[name, c]['alpha_T1']:.3f} / {result[name, c]['greedy_T0']:.3f}"
+                         for c in corpora)
+    code = result["draft-kl (shipped)", "code"]["alpha_T1"]
+    lines = [say("Teacher-forced α at T = 1 / greedy agreement at T = 0 on the first {n:,} held-out tokens per corpus "
+                 "(this run):", n=n_tokens), "",
+             say("* `draft-kl` (forward KL to the target): {values}", values=both("draft-kl (shipped)")),
+             say("* `draft-ce` (cross-entropy on the text): {values}", values=both("draft-ce (shipped)")),
+             say("* your {steps}-step draft: {values}", steps=steps, values=both(student)),
+             say("* random init: {random}; unigram: {unigram}; bigram: {bigram}",
+                 random=both("random init"), unigram=both("unigram"), bigram=both("bigram")), "",
+             say("α of `draft-kl` measured while decoding the target's own output ({n} prompts, median): "
+                 "T = 0 {t0:.3f}, T = 1 {t1:.3f}.", n=n_prompts, t0=decoding[0.0], t1=decoding[1.0]), "",
+             say("Equal-budget continuation of `draft-base` ({steps} steps each): highest α with `{winner}`; theory "
+                 "predicts `tvd`.", steps=ft_steps, winner=winner),
+             say("The lesson's \"α 0.6–0.8 for code\": `draft-kl`'s teacher-forced α at T = 1 on held-out code is "
+                 "{alpha:.3f}, inside that range.", alpha=code) if 0.6 <= code <= 0.8 else
+             say("The lesson's \"α 0.6–0.8 for code\": `draft-kl`'s teacher-forced α at T = 1 on held-out code is "
+                 "{alpha:.3f}, outside that range.", alpha=code)]
+    return messages.markdown("\n".join(lines))
 
 
 def against_record(row: SpeedupRow) -> str:

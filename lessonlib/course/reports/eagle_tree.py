@@ -129,8 +129,8 @@ def print_profile(profile_report: Mapping[str, Any]) -> None:
     draft-kl steps (in the loop) and a blank line; returns None."""
     loop = profile_report["in_loop_seconds"]
     for name, warm in profile_report["warm_seconds"].items():
-        print(f"{name}:\n" + say("    warm {warm:.3f} ms, in the decoding loop {loop:.3f} ms", warm=1e3 * warm,
-                                 loop=1e3 * loop[name]))
+        print(messages.localise(f"{name}:"))  # a forward's name from the bench layer, in the reader's language
+        print(say("    warm {warm:.3f} ms, in the decoding loop {loop:.3f} ms", warm=1e3 * warm, loop=1e3 * loop[name]))
     head_call = next(v for k, v in loop.items() if k.startswith("EAGLE head"))
     draft_step = next(v for k, v in loop.items() if k.startswith("draft-kl step"))
     print(say("in the loop one EAGLE head call costs {steps:.1f} draft-kl steps", steps=head_call / draft_step) + "\n")

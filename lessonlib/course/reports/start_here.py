@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from lessonlib.bench import record
 from lessonlib.course.claims import Interval
 from lessonlib.course.messages import say
-from lessonlib.course.reports import cell
+from lessonlib.course.reports import cell, show_table
 
 CHAIN = "chain draft-kl K=3"  # the record's name of the chain the table compares with plain decoding
 LOAD_PLAIN, LOAD_CHAIN = "plain T=0", "chain draft-kl K=3, T=0"  # load.json's names of the same two
@@ -44,13 +44,12 @@ def by_threads(rows: list[dict], method: str) -> dict[int, dict]:
     return {r["threads"]: r for r in found}
 
 
-def thread_lines(plain: Mapping[int, dict], chain: Mapping[int, dict]) -> list[str]:
-    """The thread table's lines, header first, then one row per thread count both methods have, ascending."""
-    lines = [f"{'threads':>8} {'plain tokens/s':>18} {'chain draft-kl K = 3 speedup':>30} {'prompts':>8}"]
-    for n in sorted(set(plain) & set(chain)):
-        lines.append(f"{n:>8} {cell(plain[n]['tokens_per_second'], 0):>18} "
-                     f"{cell(chain[n]['speedup'], unit='×'):>30} {chain[n]['prompts']:>8}")
-    return lines
+def thread_table(plain: Mapping[int, dict], chain: Mapping[int, dict]) -> tuple[list[str], list[list[Any]]]:
+    """The thread table's header and one row per thread count both methods have, ascending."""
+    header = [say("threads"), say("plain tokens/s"), say("chain draft-kl K = 3 speedup"), say("prompts")]
+    rows = [[n, cell(plain[n]["tokens_per_second"], 0), cell(chain[n]["speedup"], unit="×"), chain[n]["prompts"]]
+            for n in sorted(set(plain) & set(chain))]
+    return header, rows
 
 
 def record_threads(rows: list[dict]) -> Threads | None:
@@ -61,7 +60,7 @@ def record_threads(rows: list[dict]) -> Threads | None:
         print(say("no table of record yet: run `python -m lessonlib.bench decode` to measure both thread settings"))
         return None
     print(say("read from the table of record (median [q25, q75] over held-out code prompts, greedy):"))
-    print("\n".join(thread_lines(plain, chain)))
+    show_table(*thread_table(plain, chain))
     if not {1, 2} <= set(plain) & set(chain):
         return None
     more = plain[2]["tokens_per_second"]["median"] / plain[1]["tokens_per_second"]["median"]
