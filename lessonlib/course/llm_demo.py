@@ -37,7 +37,7 @@ def run(new_tokens: int = 64, k: int = 5, repeats: int = 2, prompt: int = 0) -> 
 def excerpt(reply: str, limit: int = 400) -> str:
     """The first ``limit`` characters of a model's reply, as a cell prints it: cut at a line end where
     one is near, marked "…" where cut, and a code fence the cut left open closed, so the Persian build
-    (``messages.translate_output``) keeps every line of it verbatim."""
+    (``outputs.translate_output``) keeps every line of it verbatim."""
     if limit < 1:
         raise ValueError(f"limit must be a positive number of characters, got {limit!r}")
     text = reply if len(reply) <= limit else reply[:limit].rsplit("\n", 1)[0] + " …"

@@ -168,7 +168,7 @@ def data_templates() -> dict[str, list[str]]:
         found[label].append("lessonlib/course/gallery_detect.py")
     for line in DESCRIBE:
         found[line].append("lessonlib/core/backend.py")
-    # the bench layer cannot import messages: the lines and names a notebook shows of it (messages.localise)
+    # the bench layer cannot import messages: the lines and names a notebook shows of it (outputs.localise)
     found[record.QUOTED + "{reports}"].append("lessonlib/bench/record.py")
     for name in profile.NAMES:
         found[name].append("lessonlib/bench/profile.py")

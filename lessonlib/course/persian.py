@@ -7,7 +7,7 @@ right-to-left block (``rtl_markdown``), its relative links pointing at the Persi
 a first code cell, tagged ``language`` (``language_cell``), sets the course's language
 (``messages.use("fa")``), so checks, hints and claims print in Persian; and the stored printed
 output (stdout) of every code cell is translated through the same catalogues
-(``messages.translate_output``), so a stored run reads as a re-run prints. The code cells
+(``outputs.translate_output``), so a stored run reads as a re-run prints. The code cells
 themselves are the English ones. ``plan`` maps every Persian notebook, exercises included
 (generated from the Persian solutions by ``lessonlib.course.exercises``), to the text it should
 hold, and ``build`` writes the ones that changed.
@@ -22,7 +22,7 @@ import sys
 
 import nbformat
 
-from lessonlib.course import exercises, messages
+from lessonlib.course import exercises, outputs
 from lessonlib.course.catalogs import BUILD, LANG, ROOT, catalog_path, english_notebooks, load_catalog, translation
 from lessonlib.course.rtl import RTL_CLOSE, RTL_OPEN, rtl_markdown  # noqa: F401 (re-exported)
 from lessonlib.jsonio import write_atomic
@@ -93,16 +93,16 @@ def without_language_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def translate_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Every stored stdout of ``nb``'s code cells in Persian, line by line through the catalogues
-    (``messages.translate_output``: a line no template rendered stays as it is; the catalogues are
-    this checkout's, ``messages.LOCALE``), and every displayed Markdown (``messages.markdown``: its
+    (``outputs.translate_output``: a line no template rendered stays as it is; the catalogues are
+    this checkout's, ``messages.LOCALE``), and every displayed Markdown (``outputs.markdown``: its
     lines and table cells, wrapped right to left). stderr and other rich outputs are left alone:
     warnings, progress bars, figures, reprs."""
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "stream" and output.get("name") == "stdout":
-                output.text = messages.translate_output(output.text, LANG)
+                output.text = outputs.translate_output(output.text, LANG)
             elif "text/markdown" in output.get("data", {}):
-                output.data["text/markdown"] = messages.markdown(output.data["text/markdown"], LANG)
+                output.data["text/markdown"] = outputs.markdown(output.data["text/markdown"], LANG)
     return nb
 
 

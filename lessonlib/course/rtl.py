@@ -69,7 +69,7 @@ def rtl_markdown(text: str) -> str:
 # puts the line in a right-to-left isolate (U+2067 … U+2069) and every left-to-right run in it
 # (a number, an array, a name, an English word) in a left-to-right isolate (U+2066 … U+2069).
 # It is a function of the printed text alone, so a live print (``messages.say``) and a stored
-# output translated by the Persian build (``messages.translate_output``) come out identical.
+# output translated by the Persian build (``outputs.translate_output``) come out identical.
 LRI, RLI, PDI = "\u2066", "\u2067", "\u2069"
 ISOLATES = re.compile(f"[{LRI}{RLI}\u2068{PDI}]")
 RTL_LETTER = re.compile(r"[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]")  # Hebrew and Arabic script

@@ -10,7 +10,7 @@ import nbformat
 import polib
 import pytest
 
-from lessonlib.course import claim_catalogue, claims, messages, notes, persian
+from lessonlib.course import claim_catalogue, claims, messages, notes, outputs, persian
 from lessonlib.course.claims import Interval, claim, order
 from lessonlib.course.rtl import isolate_line
 
@@ -227,12 +227,12 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
         values = _values(template, mixed=True)
         for holds in (True, False):
             en, fa = _line(template, holds, "en", values), _line(template, holds, "fa", values)
-            assert en != fa and messages.translate_output(en + "\n", "fa") == fa + "\n", template
+            assert en != fa and outputs.translate_output(en + "\n", "fa") == fa + "\n", template
 
 
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
-# messages.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
+# outputs.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
 # three table rows begin with a value or pad a value that holds spaces; in the last five, "{word}" is shown through
 # messages.word (above, below, overlaps: the reader's language at run time, English in the stored output).
 SAID_NOT_ROUND_TRIP = {
@@ -260,7 +260,7 @@ def test_a_stored_said_line_translates_to_what_a_persian_run_prints():
     for template in sorted(said - SAID_NOT_ROUND_TRIP):
         values = _values(template, mixed=False)
         en, fa = messages.say(template, "en", **values), messages.say(template, "fa", **values)
-        if en == fa or messages.translate_output(en + "\n", "fa") != fa + "\n":
+        if en == fa or outputs.translate_output(en + "\n", "fa") != fa + "\n":
             failing.append(template)
     assert not failing, failing
 
@@ -273,14 +273,14 @@ def test_an_interval_value_is_one_value_even_before_a_comma(monkeypatch):
                 "teacher-forced α ({t2:.3f}, {t3:.3f})")
     values = {k: Interval(0.5 + i / 10, 0.4 + i / 10, 0.6 + i / 10) for i, k in enumerate(["a2", "a3", "t2", "t3"])}
     en, fa = _line(template, True, "en", values), _line(template, True, "fa", values)
-    assert messages.translate_output(en, "fa") == fa
-    monkeypatch.setattr(messages, "_VALUE", ".+?")
-    messages._patterns.cache_clear()
+    assert outputs.translate_output(en, "fa") == fa
+    monkeypatch.setattr(outputs, "_VALUE", ".+?")
+    outputs._patterns.cache_clear()
     try:
-        assert messages.translate_output(en, "fa") != fa
+        assert outputs.translate_output(en, "fa") != fa
     finally:
         monkeypatch.undo()
-        messages._patterns.cache_clear()
+        outputs._patterns.cache_clear()
 
 
 def test_english_claims_print_exactly_as_before():
@@ -302,7 +302,7 @@ def test_order_words_are_translated_as_values_only():
     assert messages.word("above") == "بالاتر" and messages.word("draft-kl") == "draft-kl" and messages.word(3) == 3
     assert messages._("above") == "above"  # not a free-text template
     line = "K = 3's bracket lies wholly above those of K = 1\n"  # a plain English print
-    assert messages.translate_output(line, "fa") == line  # stays English, as a re-run prints it
+    assert outputs.translate_output(line, "fa") == line  # stays English, as a re-run prints it
 
 
 def test_value_words_in_free_text_would_break_the_round_trip(monkeypatch):
@@ -310,31 +310,31 @@ def test_value_words_in_free_text_would_break_the_round_trip(monkeypatch):
     print would come out half Persian in the stored output while a re-run prints it in English."""
     plain = dict(messages.catalogue("fa"), above="بالاتر")
     monkeypatch.setattr(messages, "catalogue", lambda lang, locale=None: plain if lang == "fa" else {})
-    messages._patterns.cache_clear()
-    try:  # a one-word template is not searched for in free text (messages.FREE_TEXT_WORDS) ...
-        assert messages.translate_output("speedup lies wholly above 1\n", "fa") == "speedup lies wholly above 1\n"
-        monkeypatch.setattr(messages, "FREE_TEXT_WORDS", 1)  # ... and without that rule it would be
-        messages._patterns.cache_clear()
-        assert "بالاتر" in messages.translate_output("speedup lies wholly above 1\n", "fa")
+    outputs._patterns.cache_clear()
+    try:  # a one-word template is not searched for in free text (outputs.FREE_TEXT_WORDS) ...
+        assert outputs.translate_output("speedup lies wholly above 1\n", "fa") == "speedup lies wholly above 1\n"
+        monkeypatch.setattr(outputs, "FREE_TEXT_WORDS", 1)  # ... and without that rule it would be
+        outputs._patterns.cache_clear()
+        assert "بالاتر" in outputs.translate_output("speedup lies wholly above 1\n", "fa")
     finally:
         monkeypatch.undo()
-        messages._patterns.cache_clear()
+        outputs._patterns.cache_clear()
 
 
 def test_a_verdict_is_translated_only_after_a_claims_sentence(monkeypatch):
     """The skill module prints "(holds here)" inside its own English sentence: it stays English, as
     a re-run prints it. Negative control: a verdict template without the dash would translate it."""
     line = "at B >= 8 the measured speedup is below the model's (holds here); the measured r is below\n"
-    assert messages.translate_output(line, "fa") == line
+    assert outputs.translate_output(line, "fa") == line
     plain = dict(messages.catalogue("fa"), **{claims.HOLDS: "در این اجرا برقرار است"})
     monkeypatch.setattr(messages, "catalogue", lambda lang, locale=None: plain if lang == "fa" else {})
-    monkeypatch.setattr(messages, "FREE_TEXT_WORDS", 2)  # "holds here" is two words: searched for in free text
-    messages._patterns.cache_clear()
+    monkeypatch.setattr(outputs, "FREE_TEXT_WORDS", 2)  # "holds here" is two words: searched for in free text
+    outputs._patterns.cache_clear()
     try:
-        assert messages.translate_output(line, "fa") != line
+        assert outputs.translate_output(line, "fa") != line
     finally:
         monkeypatch.undo()
-        messages._patterns.cache_clear()
+        outputs._patterns.cache_clear()
 
 
 def test_a_persian_claim_keeps_the_english_template_and_falls_back_on_a_broken_translation(monkeypatch):
@@ -383,7 +383,7 @@ def test_every_persian_notebook_sets_the_language_first_and_shows_its_stored_cla
         for a, b in zip(en, fa):
             for line, shown in zip("".join(_stdout(a)).splitlines(), "".join(_stdout(b)).splitlines()):
                 if _is_claim(line):
-                    expected = isolate_line(messages.translate_line(line, "fa"))
+                    expected = isolate_line(outputs.translate_line(line, "fa"))
                     assert shown == expected and not _is_claim(shown), (path, shown)
                     checked += 1
     assert checked >= 100  # the notebooks' stored claims were really compared
@@ -442,7 +442,7 @@ def test_negative_control_raw_prints_are_found_and_translated_ones_are_not():
     assert ([t for _, t in found('x = 1\nprint("the draft is " + "always wrong here")')]
             == ["the draft is", "always wrong here"])
     assert [t for _, t in found('print(", ".join(f"{k} beats the chain" for k in ks))')] == ["beats the chain"]
-    for translated in ('print(say("{n} tokens per target pass", n=n))', 'print(messages.localise(record.quoted()))',
+    for translated in ('print(say("{n} tokens per target pass", n=n))', 'print(outputs.localise(record.quoted()))',
                        'print(f"{k:>2} {tau:.2f}  K  τ")', '_ = claim("the tree is faster than the chain", ok)',
                        'label = "not printed at all, a plot title"', 'print(f"draft-kl K={k}")',
                        '%timeit print("a b c d")'):

@@ -21,7 +21,7 @@ import pytest
 
 from lessonlib import paths
 from lessonlib.core import theory
-from lessonlib.course import checks, exercises, message_catalogue, messages, widgets
+from lessonlib.course import checks, exercises, message_catalogue, messages, outputs, widgets
 from lessonlib.course.checks import framework, wrong
 from lessonlib.course.persian import rtl_markdown
 from lessonlib.course.rtl import isolate_line, isolate_text
@@ -148,28 +148,28 @@ def test_a_stored_english_check_line_turns_into_the_persian_one(persian, english
     for part in FAST:
         for kind in ("correct", "stub", "reference"):
             label = f"{part} {kind}"
-            assert messages.translate_output(english[label], "fa") == persian[label], label
+            assert outputs.translate_output(english[label], "fa") == persian[label], label
 
 
 def test_a_stored_failure_turns_into_the_persian_one(persian, english):
     """A failure's first line (what a ✓ line quotes for each negative control it caught) always; the
-    whole message mostly (a hint whose text holds " — " stays English: ``messages._LAST_VALUE``)."""
+    whole message mostly (a hint whose text holds " — " stays English: ``outputs._LAST_VALUE``)."""
     failures = [label for label in english if " wrong " in label]
     first = [label for label in failures
-             if isolate_line(messages.translate_line(english[label].splitlines()[0], "fa"))
+             if isolate_line(outputs.translate_line(english[label].splitlines()[0], "fa"))
              == persian[label].splitlines()[0]]
     assert first == failures
-    whole = [label for label in failures if messages.translate_output(english[label], "fa") == persian[label]]
+    whole = [label for label in failures if outputs.translate_output(english[label], "fa") == persian[label]]
     assert len(whole) > 0.7 * len(failures), sorted(set(failures) - set(whole))
 
 
 def test_translate_output_of_a_check_line():
     line = "✓ exercise 3d: 'tvd': minimising the mean TV maximises the mean α = 1 − TV on the training text\n"
-    assert messages.translate_output(line, "fa") == isolate_text(
+    assert outputs.translate_output(line, "fa") == isolate_text(
         "✓ تمرین 3d: 'tvd': کمینه کردن میانگین TV، میانگین α = 1 − TV را روی متن آموزشی بیشینه می‌کند\n")
-    assert messages.translate_output(line, "en") == line
+    assert outputs.translate_output(line, "en") == line
     other = "a line no template knows\n"
-    assert messages.translate_output(other, "fa") == other
+    assert outputs.translate_output(other, "fa") == other
 
 
 @pytest.mark.parametrize("spec, value", [(">12", 0.5), ("<12", "draft-kl"), ("12", 7), ("12", "draft-kl"),
@@ -180,12 +180,12 @@ def test_a_column_is_laid_out_once_for_its_translation(monkeypatch, spec, value)
     template = "rate of {name:%s} per pass" % spec
     table = {template: "نرخ {name:%s} در هر گذر" % spec}
     monkeypatch.setattr(messages, "catalogue", lambda lang, locale=messages.LOCALE: table)
-    messages._patterns.cache_clear()
+    outputs._patterns.cache_clear()
     try:
         persian = ("نرخ {name:%s} در هر گذر" % spec).format(name=value)
-        assert messages.translate_line(template.format(name=value), "fa") == persian
+        assert outputs.translate_line(template.format(name=value), "fa") == persian
     finally:
-        messages._patterns.cache_clear()
+        outputs._patterns.cache_clear()
 
 
 # ----------------------------------------------------------------------------- the catalogue is complete

@@ -100,7 +100,7 @@ def _both(make):
 
 
 def test_a_displayed_markdown_reads_the_same_live_and_translated_from_the_stored_english():
-    from lessonlib.course import messages
+    from lessonlib.course import outputs
     from lessonlib.course.reports import distill_draft as report
 
     result = {(r["draft"], r["corpus"]): r for r in HELDOUT}
@@ -109,19 +109,20 @@ def test_a_displayed_markdown_reads_the_same_live_and_translated_from_the_stored
                  lambda: report.findings_markdown(result, "your draft (fkl, 12 steps)", 12, 2048,
                                                   {0.0: 0.63, 1.0: 0.54}, 5, 5, "tvd")):
         english, persian = _both(make)
-        assert english == messages.markdown(english, "en") and not english.startswith("<div")
-        assert persian == messages.markdown(english, "fa"), "the build would store another text than a re-run shows"
+        assert english == outputs.markdown(english, "en") and not english.startswith("<div")
+        assert persian == outputs.markdown(english, "fa"), "the build would store another text than a re-run shows"
         assert persian.startswith('<div dir="rtl" lang="fa">')
         assert english_runs(persian) == [] and english_runs(english)  # negative control: the English has prose
     table = report.heldout_markdown(HELDOUT, 2048, {"code": 1.1}, {"code": 0.8})
-    assert "| مدل |" in messages.markdown(table, "fa") and "| مقداردهی اولیهٔ تصادفی |" in messages.markdown(table, "fa")
+    persian = outputs.markdown(table, "fa")
+    assert "| مدل |" in persian and "| مقداردهی اولیهٔ تصادفی |" in persian
 
 
 def test_a_table_cell_without_a_template_stays_as_it_is():
-    from lessonlib.course import messages
+    from lessonlib.course import outputs
 
     md = "| model | a column nobody translated |\n|---|---|\n| draft-kl (shipped) | 0.5 |"
-    fa = messages.markdown(md, "fa")
+    fa = outputs.markdown(md, "fa")
     assert "| مدل | a column nobody translated |" in fa and "| draft-kl (همراه دوره) | 0.5 |" in fa
     assert english_runs(fa) == ["column nobody translated"]  # the scan sees what was left
 

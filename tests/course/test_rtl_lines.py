@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lessonlib.course import llm_demo, messages
+from lessonlib.course import llm_demo, messages, outputs
 from lessonlib.course.rtl import LRI, PDI, RLI, isolate_line, isolate_text, strip_isolates
 
 LINES = [
@@ -64,19 +64,19 @@ def test_say_and_a_stored_translation_lay_out_the_same_line(monkeypatch):
     assert RLI not in english and LRI not in english  # English is printed as it is
     persian = messages.say(template, "fa", exercise="1a", verified="x")
     assert persian == isolate_line(persian) and persian.startswith(RLI)
-    assert messages.translate_output(english + "\n", "fa") == persian + "\n"
+    assert outputs.translate_output(english + "\n", "fa") == persian + "\n"
     assert messages.printed("a composed line", "en") == "a composed line"
     assert messages.printed("یک خط 1a", "fa") == isolate_line("یک خط 1a")
 
 
 def test_a_fenced_reply_is_kept_verbatim_by_the_persian_build():
     code = "    return parse_tree(source, filename"
-    assert messages.translate_output(code + "\n", "fa") != code + "\n"  # negative control: a template reads it
+    assert outputs.translate_output(code + "\n", "fa") != code + "\n"  # negative control: a template reads it
     fenced = f"```python\n{code}\n```\nplain decoding 62.6 tokens/s\n"
-    out = messages.translate_output(fenced, "fa").splitlines()
+    out = outputs.translate_output(fenced, "fa").splitlines()
     assert out[:3] == ["```python", code, "```"]
     unclosed = f"```python\n{code}\n"  # a cut reply leaves its fence open: still verbatim to the end
-    assert messages.translate_output(unclosed, "fa") == unclosed
+    assert outputs.translate_output(unclosed, "fa") == unclosed
 
 
 def test_a_reply_excerpt_is_cut_at_a_line_end_and_closes_its_fence():

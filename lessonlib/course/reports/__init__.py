@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lessonlib.bench.common import markdown_table
-from lessonlib.course import messages
+from lessonlib.course import outputs
 from lessonlib.decoding import measures
 
 
@@ -32,7 +32,7 @@ def table_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def show_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Display a table in the reader's language: Markdown with its header cells through the catalogues
-    (``messages.markdown``: right to left in Persian, as the Persian build lays out the stored one),
+    (``outputs.markdown``: right to left in Persian, as the Persian build lays out the stored one),
     the aligned plain text beside it for a viewer that shows only text; printed as that text outside
     a notebook (a test, a script)."""
     from IPython import get_ipython
@@ -42,4 +42,4 @@ def show_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     if get_ipython() is None:
         print(plain)
         return
-    display({"text/markdown": messages.markdown(markdown_table(header, rows)), "text/plain": plain}, raw=True)
+    display({"text/markdown": outputs.markdown(markdown_table(header, rows)), "text/plain": plain}, raw=True)

@@ -24,7 +24,7 @@ import torch
 
 from lessonlib.bench import record
 from lessonlib.core import theory
-from lessonlib.course import messages
+from lessonlib.course import messages, outputs
 from lessonlib.course.claims import Interval, order
 from lessonlib.course.messages import N_, say
 from lessonlib.course.reports import cell
@@ -32,7 +32,7 @@ from lessonlib.decoding import measures
 
 Key = tuple[str, float]  # (draft name, temperature)
 # The words of the two Markdown tables (``distill.table_markdown``'s header and draft names, and
-# ``speedup_table``'s), as templates: ``messages.markdown`` translates each cell through them.
+# ``speedup_table``'s), as templates: ``outputs.markdown`` translates each cell through them.
 TABLE_WORDS = (N_("model"), N_("α T=1 {corpus}"), N_("greedy T=0 {corpus}"), N_("bits/byte {corpus}"),
                N_("target (itself)"), N_("random init"), N_("{name} (shipped)"),
                N_("your draft ({loss}, {steps} steps)"), N_("draft"), N_("α (decoding)"),
@@ -95,7 +95,7 @@ def speedup_table(rows: Sequence[SpeedupRow], n_prompts: int, new: int, threads:
                      f"{reference} |")
     head = say("Median [q25, q75] over {n} held-out code prompts, {new} new tokens, {threads} torch thread(s):",
                n=n_prompts, new=new, threads=threads)
-    return messages.markdown(head + "\n\n" + "\n".join(lines))
+    return outputs.markdown(head + "\n\n" + "\n".join(lines))
 
 
 def heldout_markdown(rows: Sequence[Mapping[str, Any]], n_tokens: int, here: Mapping[str, float],
@@ -112,7 +112,7 @@ def heldout_markdown(rows: Sequence[Mapping[str, Any]], n_tokens: int, here: Map
             + say("The target's bits/byte here is measured on these {n:,} tokens; the checkpoint metadata printed at "
                   "the top measured the same quantity on up to the first 60,000 held-out tokens: {pairs} — two samples "
                   "of one quantity, not two quantities.", n=n_tokens, pairs=pairs))
-    return messages.markdown(text)
+    return outputs.markdown(text)
 
 
 def findings_markdown(result: Mapping[tuple[str, str], Mapping[str, float]], student: str, steps: int, n_tokens: int,
@@ -141,7 +141,7 @@ def findings_markdown(result: Mapping[tuple[str, str], Mapping[str, float]], stu
                  "{alpha:.3f}, inside that range.", alpha=code) if 0.6 <= code <= 0.8 else
              say("The lesson's \"α 0.6–0.8 for code\": `draft-kl`'s teacher-forced α at T = 1 on held-out code is "
                  "{alpha:.3f}, outside that range.", alpha=code)]
-    return messages.markdown("\n".join(lines))
+    return outputs.markdown("\n".join(lines))
 
 
 def against_record(row: SpeedupRow) -> str:

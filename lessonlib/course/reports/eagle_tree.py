@@ -17,7 +17,7 @@ import torch
 from lessonlib.bench import kinds, record
 from lessonlib.bench import tree as tree_bench
 from lessonlib.core.kinds import KINDS
-from lessonlib.course import messages, plots
+from lessonlib.course import messages, outputs, plots
 from lessonlib.course.claims import Interval, order
 from lessonlib.course.messages import say
 from lessonlib.decoding import measures
@@ -129,7 +129,7 @@ def print_profile(profile_report: Mapping[str, Any]) -> None:
     draft-kl steps (in the loop) and a blank line; returns None."""
     loop = profile_report["in_loop_seconds"]
     for name, warm in profile_report["warm_seconds"].items():
-        print(messages.localise(f"{name}:"))  # a forward's name from the bench layer, in the reader's language
+        print(outputs.localise(f"{name}:"))  # a forward's name from the bench layer, in the reader's language
         print(say("    warm {warm:.3f} ms, in the decoding loop {loop:.3f} ms", warm=1e3 * warm, loop=1e3 * loop[name]))
     head_call = next(v for k, v in loop.items() if k.startswith("EAGLE head"))
     draft_step = next(v for k, v in loop.items() if k.startswith("draft-kl step"))
