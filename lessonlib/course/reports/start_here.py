@@ -100,3 +100,59 @@ def load_rows(report: Mapping[str, Any] | None, shape: str) -> Load | None:
         return None
     ms = {name: r["pass_table"]["ms"][0] for name, r in results.items()}
     return Load(ms["busy, 1 thread(s)"] / ms["idle, 1 thread(s)"], ms["busy, 2 thread(s)"] / ms["idle, 2 thread(s)"])
+
+
+# --- the two targets side by side ------------------------------------------------------------
+TRAINED = ("EAGLE", "Medusa", "MTP", "chain draft-kl", "tree draft-kl")  # tiny target methods that need a trained draft
+REAL_ENGINE = "native f16, 1 thread"  # llm_engines.json's row of the engine the real LLM decodes with
+
+
+class TwoTargets(NamedTuple):
+    """What notebook 00's two-target claims compare (each best: the highest median, one thread, T = 0)."""
+
+    real_best: tuple[str, Interval]  # the real LLM's fastest setting (llm.json, edit and chat prompts)
+    tiny_best: tuple[str, Interval]  # the tiny target's (the table of record, code prompts)
+    real_trained: tuple[str, Interval]  # the fastest setting with a trained draft (the EAGLE-3 head)
+    tiny_trained: tuple[str, Interval]
+    r5: tuple[float, float]  # a verify pass over 5 tokens / a one-token step: (real LLM stored, tiny measured)
+    alpha: tuple[float, float]  # α while decoding of each trained best (median over prompts): (real, tiny)
+
+
+def _best(rows: Mapping[str, Interval], trained: bool = False) -> tuple[str, Interval]:
+    """The setting with the highest median speedup: of all (``trained`` False) or of those whose draft is
+    trained (a name starting with one of ``TRAINED``: EAGLE-3 too)."""
+    kept = {m: s for m, s in rows.items() if not trained or m.startswith(TRAINED)}
+    name = max(kept, key=lambda m: kept[m].median)
+    return name, kept[name]
+
+
+def two_targets(rows: list[dict], llm: Mapping[str, Any] | None, engines: Mapping[str, Any] | None,
+                tiny_ms: Mapping[int, float], tiny_mb: float) -> TwoTargets | None:
+    """Show the tiny target (``tiny_ms``: this run's pass times in ms by tokens per pass; ``tiny_mb``: its
+    weights in MB) beside the real LLM (``llm``: ``record.read("llm")``, ``engines``: ``record.read(
+    "llm_engines")``) with each one's fastest setting from the stored benchmarks; None (and a line
+    saying so) when a report is missing."""
+    if not llm or not engines or REAL_ENGINE not in engines.get("rows", {}):
+        print(say("no stored benchmark of the real LLM yet: python -m lessonlib.bench llm measures it"))
+        return None
+    kept = [r for r in record.find(rows, temperature=0.0, corpus="code") if r["threads"] == 1 and r.get("speedup")
+            and r["method"] != "plain" and r["source"] in ("decode", "tree")]
+    tiny = {r["method"]: Interval.of(r["speedup"], "×") for r in kept}
+    at = llm["by_threads"]["1"]["methods"]
+    spreads = {f"{m} ({kind})": row["spread"] for kind in ("edit", "chat")
+               for m, row in at[kind].items() if m != "plain"}
+    real = {m: Interval.of(s["speedup"], "×") for m, s in spreads.items()}
+    step = engines["rows"][REAL_ENGINE]
+    real_trained, tiny_trained = _best(real, trained=True), _best(tiny, trained=True)
+    tiny_alpha = next(r["alpha"]["median"] for r in kept if r["method"] == tiny_trained[0])
+    found = TwoTargets(_best(real), _best(tiny), real_trained, tiny_trained, (step["r"]["5"], tiny_ms[5] / tiny_ms[1]),
+                       (spreads[real_trained[0]]["alpha"]["median"], tiny_alpha))
+    show_table(["target", say("weights read per step"), say("one-token step (ms)"), "r(5)",
+                say("fastest setting"), say("fastest with a trained draft")],
+               [[say("real LLM (native f16, stored)"), f"{step['weight_bytes'] / 1e6:.0f} MB", f"{step['step_ms']:.1f}",
+                 f"{found.r5[0]:.2f}", f"{found.real_best[0]}: {found.real_best[1]}",
+                 f"{found.real_trained[0]}: {found.real_trained[1]}, α {found.alpha[0]:.2f}"],
+                [say("tiny target (this run; its speedups stored)"), f"{tiny_mb:.0f} MB", f"{tiny_ms[1]:.2f}",
+                 f"{found.r5[1]:.2f}", f"{found.tiny_best[0]}: {found.tiny_best[1]}",
+                 f"{found.tiny_trained[0]}: {found.tiny_trained[1]}, α {found.alpha[1]:.2f}"]])
+    return found
