@@ -135,3 +135,12 @@ def test_show_table_prints_aligned_text_outside_a_notebook_and_refuses_ragged_ro
                                                     "readable f32       54.7"]
     with pytest.raises(ValueError, match="rows must have 2 cells each, like header"):
         reports.table_text(["a", "b"], [[1]])
+
+
+def test_readme_fa_states_what_stays_english():
+    """README.fa.md lists what stays English, each kind of exception the scan allows and the figures."""
+    text = (paths.ROOT / "README.fa.md").read_text(encoding="utf-8")
+    section = text.split("### آنچه انگلیسی می‌ماند", 1)[1].split("\n### ", 1)[0]
+    for named in ("`--scale gpu`", "`chain draft-kl K=3`", "docstring", "detector",
+                  "`outputs/skill-speculative-tuning.md`", "matplotlib", "`docs/`", "test_persian_outputs.py"):
+        assert named in section, named
