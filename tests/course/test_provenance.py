@@ -134,6 +134,30 @@ def test_render_replaces_each_block_and_refuses_notes_without_one(tmp_path):
 def test_committed_notes_quote_the_stored_outputs():
     text = (ROOT / notes.NOTES).read_text(encoding="utf-8")
     assert notes.render(text) == text, "run: python -m lessonlib.course.notes"
+    persian = (ROOT / notes.NOTES_FA).read_text(encoding="utf-8")
+    assert notes.render(persian, lang="fa") == persian, "run: python -m lessonlib.course.notes"
+    assert "- " + notes.claim_lines(ROOT / notes.notebook_of("01_exact_rule", "fa"), "fa")[0] in persian
+
+
+def test_the_persian_page_quotes_the_persian_edition_with_the_english_run(tmp_path):
+    from lessonlib.course import messages
+    from lessonlib.course.rtl import RLI
+
+    _notebook(tmp_path, [claim("x ({x:.2f}) is above 1", True, show=False, x=1.5).text], run="regen-7")
+    messages.use("fa")
+    try:
+        lines = [claim("x ({x:.2f}) is above 1", True, show=False, x=1.5).text,
+                 claim("y ({y:.2f}) is above 1", False, show=False, y=0.5).text]
+    finally:
+        messages.use("en")
+    assert lines[0].startswith(RLI)  # printed lines carry bidi isolates; the page quotes them without
+    persian = _notebook(tmp_path / "fa", lines).read_bytes()
+    (tmp_path / "solutions" / "fa").mkdir()
+    (tmp_path / "solutions" / "fa" / "01_exact_rule.ipynb").write_bytes(persian)
+    text = notes.block("01_exact_rule", tmp_path, lang="fa")
+    assert "اجرای ذخیره‌شدهٔ regen-7: 2 claim، 1 تا برقرار نیستند" in text
+    assert RLI not in text and "— در این اجرا برقرار است" in text and "holds here" not in text
+    assert notes.claim_lines(tmp_path / "solutions" / "01_exact_rule.ipynb", "fa") == []  # negative control
 
 
 def test_the_committed_record_was_built_from_the_committed_reports():
