@@ -5,10 +5,11 @@ widget runs without an error output, every widget renders (no "Error displaying 
 move and their figure or text follows, figures arrive as images, every other notebook shows its
 stored outputs (figures as images, no error), and the exercise notebook says
 "not implemented yet" instead of crashing. The Persian edition renders right to left with its
-code and formulas left to right: the Persian lesson and exercise 01 run live, every Persian
-solution is shown with its stored outputs (tests/browser_rtl.py, which waits for markdown cells
-that render late). One JupyterLab server (on a throwaway copy of the
-notebooks, so stored outputs never change) and one page serve all notebooks, in order.
+code and formulas left to right, and every printed Persian line in reading order: the Persian
+lesson and exercises 01 and 05 run live, every Persian solution is shown with its stored outputs
+(tests/browser_rtl.py, which waits for markdown cells that render late). One JupyterLab server
+(on a throwaway copy of the notebooks, so stored outputs never change) and one page serve all
+notebooks, in order.
 
 Select with `-m browser`, skip with `-m 'not browser'`. Without Chromium the test is skipped,
 except under CI=true, where a missing browser is a failure. Screenshots of passing runs are
@@ -51,7 +52,8 @@ EXERCISES = [p for p in ["exercises/01_exact_rule.ipynb"] if (REPO / p).exists()
 # (its code cells are the English solution's, which the tests above run).
 PERSIAN = [p for p in ["notebooks/fa/00_start_here.ipynb"] if (REPO / p).exists()]
 PERSIAN_SOLUTIONS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "solutions" / "fa").glob("*.ipynb"))
-PERSIAN_EXERCISES = [p for p in ["exercises/fa/01_exact_rule.ipynb"] if (REPO / p).exists()]
+PERSIAN_EXERCISES = [p for p in ["exercises/fa/01_exact_rule.ipynb", "exercises/fa/05_high_temperature.ipynb"]
+                     if (REPO / p).exists()]
 CHECK_CALL = re.compile(r"checks\.exercise_\w+\(")
 NOT_IMPLEMENTED = "not implemented yet"
 # Text a broken widget or a raised exception leaves in the page, including inside Output widgets.
@@ -268,7 +270,7 @@ def test_persian_exercise_runs_right_to_left_in_browser(lab, page, path, tmp_pat
 
 def test_every_persian_notebook_kind_is_checked_right_to_left():
     assert PERSIAN == ["notebooks/fa/00_start_here.ipynb"] and len(PERSIAN_SOLUTIONS) == 5
-    assert PERSIAN_EXERCISES == ["exercises/fa/01_exact_rule.ipynb"]
+    assert PERSIAN_EXERCISES == ["exercises/fa/01_exact_rule.ipynb", "exercises/fa/05_high_temperature.ipynb"]
 
 
 _GOOD = {"index": 1, "type": "markdown", "rendered": True, "rtlBlocks": 1, "blocks": ["rtl"], "pendingMath": False,
