@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from lessonlib.bench import record
+from lessonlib.core import kinds
 from lessonlib.course.claims import Interval
 from lessonlib.course.messages import say
 from lessonlib.course.reports import cell, show_table
@@ -103,7 +104,8 @@ def load_rows(report: Mapping[str, Any] | None, shape: str) -> Load | None:
 
 
 # --- the two targets side by side ------------------------------------------------------------
-TRAINED = ("EAGLE", "Medusa", "MTP", "chain draft-kl", "tree draft-kl")  # tiny target methods that need a trained draft
+# the method-name prefixes of every kind of trained draft, both targets' (the registry's, ``core.kinds``)
+TRAINED = tuple(p for k in kinds.KINDS + kinds.LLM_KINDS for p in (k.chain, k.tree, k.dynamic) if p)
 REAL_ENGINE = "native f16, 1 thread"  # llm_engines.json's row of the engine the real LLM decodes with
 
 

@@ -95,3 +95,31 @@ def test_the_committed_record_gives_the_ratio_of_its_own_medians(capsys):
     assert threads is not None
     assert threads.more == plain[2]["tokens_per_second"]["median"] / plain[1]["tokens_per_second"]["median"]
     assert f"{plain[1]['tokens_per_second']['median']:.0f}" in capsys.readouterr().out
+
+
+def _llm_row(speedup, alpha):
+    return {"spread": {"speedup": _summary(*speedup), "alpha": _summary(alpha, alpha, alpha)}}
+
+
+def test_two_targets_picks_each_targets_fastest_setting_and_fastest_trained_draft(capsys):
+    tree = {"source": "tree"}
+    rows = [_row("prompt lookup k=4", 1, **tree, speedup=_summary(1.47, 1.19, 1.64), alpha=_summary(0.7, 0.6, 0.8)),
+            _row("EAGLE chain K=3", 1, **tree, speedup=_summary(1.41, 1.16, 1.51), alpha=_summary(0.81, 0.8, 0.9)),
+            _row("EAGLE chain K=3", 2, **tree, speedup=_summary(9.0, 9.0, 9.0), alpha=_summary(0.9, 0.9, 0.9)),
+            _row("chain draft-kl K=3", 1, speedup=_summary(0.94, 0.93, 1.25), alpha=_summary(0.6, 0.5, 0.7))]
+    llm = {"by_threads": {"1": {"methods": {
+        "edit": {"plain": {}, "prompt lookup k=3": _llm_row((2.13, 1.82, 2.17), 0.8),
+                 "EAGLE-3 chain K=2": _llm_row((1.11, 1.04, 1.12), 0.36)},
+        "chat": {"plain": {}, "EAGLE-3 chain K=1": _llm_row((1.07, 1.06, 1.11), 0.35)}}}}}
+    engines = {"rows": {start_here.REAL_ENGINE: {"r": {"5": 1.47}, "weight_bytes": 269e6, "step_ms": 13.9}}}
+    found = start_here.two_targets(rows, llm, engines, {1: 2.0, 5: 2.5}, 31.0)
+    assert found is not None
+    assert found.real_best == ("prompt lookup k=3 (edit)", Interval(2.13, 1.82, 2.17, "×"))
+    assert found.tiny_best == ("prompt lookup k=4", Interval(1.47, 1.19, 1.64, "×"))  # the 2-thread row left out
+    assert found.real_trained == ("EAGLE-3 chain K=2 (edit)", Interval(1.11, 1.04, 1.12, "×"))
+    assert found.tiny_trained[0] == "EAGLE chain K=3" and found.alpha == (0.36, 0.81)
+    assert found.r5 == (1.47, 1.25)
+    table = capsys.readouterr().out
+    assert "269 MB" in table and "EAGLE chain K=3: 1.41× [1.16, 1.51], α 0.81" in table
+    assert start_here.two_targets(rows, None, engines, {1: 2.0, 5: 2.5}, 31.0) is None
+    assert capsys.readouterr().out.startswith("no stored benchmark of the real LLM yet")
