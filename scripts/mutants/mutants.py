@@ -751,3 +751,35 @@ MUTANTS += [  # what decides from measurements, what is pending, and the self-di
     ("heads", SELF, "held, train = stream(rows[-HELDOUT_CHATS:]), stream(rows[:-HELDOUT_CHATS])",
      "held, train = stream(rows[-HELDOUT_CHATS:]), stream(rows)", "the held-out chats are trained on too"),
 ]
+
+RTL, OUTPUTS, NOTES_PY = "lessonlib/course/rtl.py", "lessonlib/course/outputs.py", "lessonlib/course/notes.py"
+START, MESSAGES = "lessonlib/course/reports/start_here.py", "lessonlib/course/messages.py"
+TESTS[RTL] = TESTS[MESSAGES] = ["tests/course/test_rtl_lines.py"]
+TESTS[OUTPUTS] = ["tests/course/test_rtl_lines.py", "tests/course/test_persian_outputs.py"]
+TESTS[NOTES_PY] = ["tests/course/test_provenance.py"]
+TESTS[START] = ["tests/course/reports/test_start_here.py"]
+MUTANTS += [  # printed Persian in reading order, displayed Markdown in the reader's language, the two targets
+    ("bench", RTL, "        elif before in _PAIRS and after == _PAIRS[before]:", "        elif False:",
+     "a bracketed value ([0. 1. 0.5]) is no longer one left-to-right run"),
+    ("bench", RTL, "        if not lonely:", "        if True:",
+     "a bracket whose partner is in the Persian text is isolated with the value"),
+    ("bench", RTL, "    if _TABLE_GAP.search(line.strip()):\n        return body\n", "",
+     "a table row is laid out right to left, its columns reversed"),
+    ("bench", RTL, "    line = strip_isolates(line)\n", "", "isolating twice nests the isolates (not idempotent)"),
+    ("bench", RTL, "        elif before in (\"-\", \"+\", \"−\") and line[start].isdigit():", "        elif False:",
+     "a negative number's sign is left outside its run"),
+    ("bench", MESSAGES, "    return printed(_(english, lang).format(**values), lang)",
+     "    return _(english, lang).format(**values)", "say prints Persian without bidi isolates"),
+    ("bench", OUTPUTS, "        if fence is None and marker:", "        if False and marker:",
+     "a model's fenced reply is translated as if the course said it"),
+    ("bench", OUTPUTS, "_table_cell(c.strip(), lang) for c in", "c.strip() for c in",
+     "a displayed table's cells stay English"),
+    ("bench", NOTES_PY, "    run = run_of(root / NOTEBOOKS[name])", "    run = run_of(notebook)",
+     "the Persian notes lose the run their outputs came from"),
+    ("bench", NOTES_PY, "text = strip_isolates(\"\".join(output.get(\"text\", \"\")))",
+     "text = \"\".join(output.get(\"text\", \"\"))", "the notes quote printed lines with their bidi isolates"),
+    ("bench", START, "if r[\"threads\"] == 1 and r.get(\"speedup\")", "if r.get(\"speedup\")",
+     "the two-target table reads two-thread rows as one-thread ones"),
+    ("bench", START, "kept = {m: s for m, s in rows.items() if not trained or m.startswith(TRAINED)}",
+     "kept = dict(rows)", "the fastest trained draft may be a setting with no trained draft"),
+]
