@@ -19,6 +19,9 @@ from lessonlib.bench import common, record
 CHILD = """
 import importlib.util, os, pathlib, signal, sys, threading, time
 folder, mode, source = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+# Python's own SIGINT handler whatever was inherited: a background job of a shell without job control
+# starts with SIGINT ignored, and so would this child (the interrupt would never arrive)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 spec = importlib.util.spec_from_file_location("jsonio", source)  # standard library only: no numpy, no torch
 jsonio = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(jsonio)

@@ -233,7 +233,7 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
 # outputs.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
-# three table rows begin with a value or pad a value that holds spaces; in the last five, "{word}" is shown through
+# three table rows begin with a value or pad a value that holds spaces; in the last six, "{word}" is shown through
 # messages.word (above, below, overlaps: the reader's language at run time, English in the stored output).
 SAID_NOT_ROUND_TRIP = {
     "       draft-kl     draft-ce     draft-kl    draft-kl   draft-kl        draft-kl   draft-kl",
@@ -248,6 +248,8 @@ SAID_NOT_ROUND_TRIP = {
     "measured)",
     "the separate draft's chain at T = 1 ({h:.2f}) against its T = 0 speedup ({c:.2f}): {word} (overlapping "
     "intervals: no difference measured)",
+    "on the real LLM at T = 1 ({kind} prompts) α of the chain drawn from q ({drawn}) against the same chain of "
+    "deterministic candidates ({fixed}): {word} (overlapping intervals: no difference measured)",
 }
 
 
