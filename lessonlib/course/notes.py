@@ -20,7 +20,7 @@ import re
 import sys
 
 from lessonlib import cli, paths
-from lessonlib.course import messages
+from lessonlib.course import messages, persian
 from lessonlib.course.claims import SAYS_FAILS, SAYS_HOLDS
 from lessonlib.course.rtl import strip_isolates
 from lessonlib.jsonio import write_atomic
@@ -54,14 +54,6 @@ def claim_lines(notebook: pathlib.Path, lang: str = "en") -> list[str]:
     return lines
 
 
-def notebook_of(name: str, lang: str = "en") -> str:
-    """The stored notebook a block quotes: the English one, or its Persian edition (``fa/`` beside it)."""
-    english = NOTEBOOKS[name]
-    if lang == "en":
-        return english
-    folder, file = english.rsplit("/", 1)
-    return f"{folder}/{lang}/{file}"
-
 
 def run_of(notebook: pathlib.Path) -> str | None:
     """The run the stored notebook came from (``metadata.lessonlib.run``, set by ``course.regenerate``)."""
@@ -71,10 +63,11 @@ def run_of(notebook: pathlib.Path) -> str | None:
 
 def block(name: str, root: pathlib.Path = paths.ROOT, lang: str = "en") -> str:
     """The generated block for one notebook: the markers around its stored claims, in ``lang``."""
-    notebook = root / notebook_of(name, lang)
+    english = root / NOTEBOOKS[name]
+    notebook = english if lang == "en" else persian.persian_path(english)  # the edition the page quotes
     lines = claim_lines(notebook, lang)
     failing = sum(_verdicts(lang)[1] in line for line in lines)
-    run = run_of(root / NOTEBOOKS[name])  # a Persian notebook's outputs are its English run's
+    run = run_of(english)  # a Persian notebook's outputs are its English run's
     stored = messages._("Stored run {run}:", lang).format(run=run) if run else messages._("Stored run:", lang)
     head = stored + " " + (
         messages._("no claims printed.", lang) if not lines

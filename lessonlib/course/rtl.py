@@ -102,7 +102,7 @@ def _widen(line: str, start: int, end: int, lo: int, hi: int) -> tuple[int, int]
                 start, changed = start - 1, True
         if changed:
             continue
-        if after in ("×", "%") and after or line[end:end + 2] in (".]", ".)") and end + 2 <= hi:
+        if after in ("×", "%") or line[end:end + 2] in (".]", ".)") and end + 2 <= hi:
             end, changed = end + 1, True  # "1.60×", "5 %", numpy's "[0. 1.]"
         elif before in _PAIRS and after == _PAIRS[before]:
             start, end, changed = start - 1, end + 1, True  # a bracketed value: "[0. 1. 0.5]", "(x)"

@@ -774,7 +774,7 @@ MUTANTS += [  # printed Persian in reading order, displayed Markdown in the read
      "a model's fenced reply is translated as if the course said it"),
     ("bench", OUTPUTS, "_table_cell(c.strip(), lang) for c in", "c.strip() for c in",
      "a displayed table's cells stay English"),
-    ("bench", NOTES_PY, "    run = run_of(root / NOTEBOOKS[name])", "    run = run_of(notebook)",
+    ("bench", NOTES_PY, "    run = run_of(english)", "    run = run_of(notebook)",
      "the Persian notes lose the run their outputs came from"),
     ("bench", NOTES_PY, "text = strip_isolates(\"\".join(output.get(\"text\", \"\")))",
      "text = \"\".join(output.get(\"text\", \"\"))", "the notes quote printed lines with their bidi isolates"),

@@ -136,7 +136,7 @@ def test_committed_notes_quote_the_stored_outputs():
     assert notes.render(text) == text, "run: python -m lessonlib.course.notes"
     persian = (ROOT / notes.NOTES_FA).read_text(encoding="utf-8")
     assert notes.render(persian, lang="fa") == persian, "run: python -m lessonlib.course.notes"
-    assert "- " + notes.claim_lines(ROOT / notes.notebook_of("01_exact_rule", "fa"), "fa")[0] in persian
+    assert "- " + notes.claim_lines(ROOT / "solutions/fa/01_exact_rule.ipynb", "fa")[0] in persian
 
 
 def test_the_persian_page_quotes_the_persian_edition_with_the_english_run(tmp_path):
