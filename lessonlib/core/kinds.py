@@ -113,6 +113,11 @@ LLM_KINDS: tuple[DraftKind, ...] = (
               "vocabulary, training-time test of 7 steps, after the target", ("smollm2-eagle3",),
               chain="EAGLE-3 chain", tree="EAGLE-3 tree", tree_family="EAGLE-3 tree",
               sweep=Sweep((1, 2, 3), ((2, 1),)), target="smollm2"),
+    DraftKind("smollm2-medusa", "Medusa", "Medusa (SmolLM2)", "smollm2-medusa", "llm-head", "MedusaDrafter",
+              "3 residual heads on SmolLM2's top feature, the same 8,192-token draft vocabulary (tied), "
+              "after the target", ("smollm2-medusa",),
+              chain="Medusa chain", tree="Medusa", tree_family="Medusa",
+              sweep=Sweep((1, 2), ((2, 1),)), target="smollm2"),
 )
 
 

@@ -26,6 +26,7 @@ from lessonlib.decoding.timing import Timer, untimed
 if TYPE_CHECKING:  # the types only: importing lessonlib.models applies the thread policy
     from lessonlib.models.gpt import GPT, KVCache
     from lessonlib.models.heads import EagleHead, MedusaHeads
+    from lessonlib.models.llm_medusa import LlamaMedusaHeads
 
 # a drafting rule: rule(expand) -> (parents, tokens, score), e.g. functools.partial(tree.draft_topk, branching=...),
 # or a core.tree_sampled.SampledRule: rule(expand, probs, rng) -> (parents, tokens, score, q rows)
@@ -325,7 +326,7 @@ class MedusaDrafter(RuleDrafter):
     needs_features = True
     rows: np.ndarray  # (K, V) float64: head d's log-probs at the last committed feature
 
-    def __init__(self, heads: MedusaHeads, target: GPT) -> None:
+    def __init__(self, heads: MedusaHeads | LlamaMedusaHeads, target: GPT) -> None:
         check_head_fits(heads.config.n_embd, heads.config.vocab_size, target.config.n_embd,
                         target.config.vocab_size, "heads")
         self.heads, self.target = heads, target

@@ -1,4 +1,7 @@
-"""Drafting with the real LLM's EAGLE-3 head (``models.llm_heads``) in the course's decoding loops.
+"""Drafting with the real LLM's heads in the course's decoding loops: the EAGLE-3 head
+(``models.llm_heads``) through ``LlamaHeadDrafter``, the Medusa heads (``models.llm_medusa``)
+through ``drafters.MedusaDrafter`` unchanged (their logits are -inf outside the draft vocabulary
+too); ``head_drafter`` picks the class a kind of ``core.kinds.LLM_KINDS`` names.
 
 ``EagleDrafter`` already does what EAGLE-3 needs: it commits the target's fused features (its
 ``feature_layers`` are the head's ``layers``), feeds each tree node the head's own g at its
@@ -48,3 +51,25 @@ def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDraf
 
     head = load_llm_head(target, name or NAME).requires_grad_(False)  # a frozen drafter, never trained here
     return LlamaHeadDrafter(accelerate_head(head, target), target)
+
+
+def load_head(target: Llama, kind: str) -> Any:
+    """The shipped head of ``kind`` (a name of ``core.kinds.LLM_KINDS``) beside ``target``, frozen,
+    on the target's engine where it has a native step (EAGLE-3's)."""
+    from lessonlib.core import kinds
+    from lessonlib.engines.llama import accelerate_head
+    from lessonlib.models.llm_store import load_llm_head
+
+    k = kinds.kind(kind)
+    if k.loader != "llm-head":
+        raise ValueError(f"kind must be a kind of the real LLM (core.kinds.LLM_KINDS), got {kind!r}")
+    return accelerate_head(load_llm_head(target, k.checkpoint).requires_grad_(False), target)
+
+
+def head_drafter(kind: str, head: Any, target: Llama) -> Any:
+    """A fresh drafter of ``kind`` (its ``core.kinds`` drafter class) with ``head`` beside ``target``."""
+    from lessonlib.core import kinds
+    from lessonlib.decoding.drafters import MedusaDrafter
+
+    classes = {"LlamaHeadDrafter": LlamaHeadDrafter, "MedusaDrafter": MedusaDrafter}
+    return classes[kinds.kind(kind).drafter](head, target)

@@ -5,6 +5,7 @@ on the CPU, in pieces:
     python -m lessonlib.models.train_llm_heads eagle3 --until 09:28 [--resume]
     python -m lessonlib.models.train_llm_heads eagle --minutes 60   # top feature, full vocabulary; kept in
                                                                     # the cache folder (40 MB shipping limit)
+    python -m lessonlib.models.train_llm_heads medusa --until 20:30  # Medusa-1 heads (``llm_medusa``), shipped
 
 Every ``--save-minutes`` the training state (float32 weights, AdamW moments, counters) is written
 atomically to the cache folder, so ``--resume`` continues where a run stopped; every
@@ -46,6 +47,7 @@ from lessonlib.models.llm_heads import (
     losses,
     weighted,
 )
+from lessonlib.models.llm_medusa import N_HEADS, LlamaMedusaHeads, medusa_losses
 from lessonlib.models.llm_store import NAMES, save_head
 from lessonlib.models.provenance import where
 
@@ -53,7 +55,7 @@ EVAL_DEPTHS = 3
 WARMUP = 30
 
 
-Head = LlamaEagle3Head | LlamaEagleHead
+Head = LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads
 
 
 def _batch(store: FeatureStore, rows: np.ndarray, fused: bool = True) -> tuple[torch.Tensor, ...]:
@@ -66,8 +68,11 @@ def _batch(store: FeatureStore, rows: np.ndarray, fused: bool = True) -> tuple[t
 
 def head_losses(head: Head, target: Llama, batch: tuple[torch.Tensor, ...],
                 steps: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(per-step losses, per-step alphas) of either head on one batch of ``_batch``."""
+    """(per-step losses, per-step alphas) of any head on one batch of ``_batch`` (Medusa: per head,
+    ``steps`` unused: its heads are its depths)."""
     tokens, fused, final, top1 = batch
+    if isinstance(head, LlamaMedusaHeads):
+        return medusa_losses(head, target, final, top1)
     if isinstance(head, LlamaEagleHead):
         return eagle_losses(head, target, tokens, final, top1, steps)
     return losses(head, target, tokens, fused, final, top1, steps)
@@ -84,7 +89,7 @@ def heldout_alpha(head: Head, target: Llama, store: FeatureStore, depths: int = 
         kls, al = head_losses(head, target, batch, depths)
         alphas += np.array([float(a) for a in al])
         kl1 += float(kls[0])
-        covered += float(head.t2d[batch[3][:, 1:]].float().mean()) if isinstance(head, LlamaEagle3Head) else 1.0
+        covered += float(head.t2d[batch[3][:, 1:]].float().mean()) if hasattr(head, "t2d") else 1.0
         n += 1
     head.train()
     return {"alpha_by_depth": [round(float(a) / n, 4) for a in alphas], "kl_depth1": round(kl1 / n, 4),
@@ -109,11 +114,11 @@ def _new_head(kind: str, target: Llama, store: FeatureStore, saved: dict | None,
     the most frequent target argmax tokens of the training windows extracted so far)."""
     if kind == "eagle":
         head: Head = LlamaEagleHead(target.config)
-    elif saved is not None:
-        head = LlamaEagle3Head(target.config, (torch.arange(len(saved["head"]["d2t"])) + saved["head"]["d2t"]).numpy())
     else:
-        ids = draft_vocabulary(store.top1[store.heldout : store.done], draft_vocab, target.config.vocab_size)
-        head = LlamaEagle3Head(target.config, ids)
+        ids = (torch.arange(len(saved["head"]["d2t"])) + saved["head"]["d2t"]).numpy() if saved is not None else \
+            draft_vocabulary(store.top1[store.heldout : store.done], draft_vocab, target.config.vocab_size)
+        head = LlamaMedusaHeads(target.config, ids, N_HEADS) if kind == "medusa" else \
+            LlamaEagle3Head(target.config, ids)
     if saved is not None:
         head.load_state_dict(saved["head"])
     return head
@@ -252,8 +257,8 @@ def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, 
 
 def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Llama,
           own: FeatureStore | None = None) -> dict[str, Any]:
-    kind = "eagle3" if isinstance(head, LlamaEagle3Head) else "eagle"
-    shape: dict[str, Any] = {
+    kind = {LlamaEagle3Head: "eagle3", LlamaMedusaHeads: "medusa"}.get(type(head), "eagle")
+    shape: dict[str, Any] = _medusa_shape(head, state) if isinstance(head, LlamaMedusaHeads) else {
         "fused_layers": list(head.layers), "fused_layers_are": "block outputs = inputs of layers {2, N//2, N-3}",
         "draft_vocab_size": len(head.d2t), "draft_vocab": f"the {len(head.d2t)} most frequent target argmax tokens "
         f"of the first {state['draft_vocab_from_windows']} training windows",
@@ -284,10 +289,21 @@ def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Ll
     }
 
 
+def _medusa_shape(heads: LlamaMedusaHeads, state: dict) -> dict[str, Any]:
+    return {"n_heads": heads.n_heads, "feature": "the target's last block output, through its norm_f",
+            "draft_vocab_size": len(heads.d2t), "draft_vocab": f"the {len(heads.d2t)} most frequent target argmax "
+            f"tokens of the first {state['draft_vocab_from_windows']} training windows",
+            "lm_head": "tied: the target's embedding rows of the draft vocabulary (not stored); the reference "
+                       "trains a full LM head per head",
+            "loss": f"head k: forward KL(p || q) at T = 1 against the target's distribution of token s + 2 + k over "
+                    f"the draft vocabulary, p renormalised there; positions whose target argmax is outside it "
+                    f"masked; head k weighted {STEP_WEIGHT} ** k (the reference's lambda_k)"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=["eagle3", "eagle"],
-                        help="eagle3 ships to lessonlib/assets; eagle (the control) stays in the cache folder")
+    parser.add_argument("kind", choices=list(NAMES),
+                        help="eagle3 and medusa ship to lessonlib/assets; eagle (the control) stays in the cache")
     parser.add_argument("--steps", type=cli.positive_int, default=None, help="stop after this many steps")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None)
     parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")
@@ -307,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     state = train_eagle3(deadline, args.steps, args.batch, args.lr, args.ttt, args.draft_vocab, args.resume,
                          eval_minutes=args.eval_minutes, save_minutes=args.save_minutes, kind=args.kind,
                          self_share=args.self_share,
-                         directory=CHECKPOINTS if args.kind == "eagle3" else llm_features.folder())
+                         directory=llm_features.folder() if args.kind == "eagle" else CHECKPOINTS)
     print(json.dumps({k: state.get(k) for k in ("steps", "tokens_seen", "best_alpha1", "best_self_alpha1")}))
 
 

@@ -23,7 +23,10 @@ def report(peers):
                       "EAGLE-3 chain K=2": {"spread": {"tau": spread(1.41), "alpha": spread(0.32),
                                                        "draft_cost_per_round": spread(0.222, 0.21, 0.28),
                                                        "r": spread(1.24), "speedup": spread(0.97, 0.81, 1.10)},
-                                            "prompts": 5}}
+                                            "prompts": 5},
+                      "Medusa 2-1": {"spread": {"tau": spread(1.3), "alpha": spread(0.25),
+                                                "draft_cost_per_round": spread(0.08), "r": spread(1.3),
+                                                "speedup": spread(1.02, 0.95, 1.08)}, "prompts": 5}}
                for kind in ("edit", "chat")}
     return {"target": llm.TARGET, "prompts": 5, "new_tokens": 128, "repeats": 2, "load_average": [0.1, 0.2, 0.3],
             "load_average_after": [0.4, 0.5, 0.6],
@@ -32,10 +35,12 @@ def report(peers):
 
 
 def test_the_methods_are_the_registrys_and_the_draft_free_ones():
-    names = list(llm.methods(8, head=object()))
+    names = list(llm.methods(8, heads={kind: object() for kind in llm.HEAD_KINDS}))
     assert names[:4] == ["prompt lookup k=3", "prompt lookup k=5", "prompt lookup k=8", "lookahead W4 N3 G4"]
-    assert names[4:] == list(llm.head_shapes())
-    assert "EAGLE-3 tree 2-1" in names and list(llm.methods(8)) == names[:4]  # no head, no EAGLE-3 rows
+    assert names[4:] == list(llm.head_shapes()) + list(llm.head_shapes("smollm2-medusa"))
+    assert "EAGLE-3 tree 2-1" in names and "Medusa 2-1" in names and "Medusa chain K=2" in names
+    assert list(llm.methods(8)) == names[:4]  # no head, no head rows
+    assert list(llm.methods(8, heads={"smollm2-medusa": object()}))[4:] == list(llm.head_shapes("smollm2-medusa"))
 
 
 def test_a_report_renders_every_row_and_the_peer_table_only_when_measured():
@@ -51,14 +56,15 @@ def test_a_report_renders_every_row_and_the_peer_table_only_when_measured():
     assert "transformers" not in bare and "EAGLE-3 chain K=2" in bare
 
 
-def test_the_notebooks_reader_finds_exactly_the_eagle3_rows():
+def test_the_notebooks_reader_finds_exactly_one_heads_rows():
     rep = report(None)
     rep["by_threads"]["1"]["methods"]["chat · T = 1"] = {"EAGLE-3 chain K=2 · sampled (T = 1)": {
         "spread": {"alpha": spread(0.3)}, "prompts": 5}}
-    rows = llm_demo.eagle3_rows(rep)
+    rows = llm_demo.head_rows(rep)
     assert set(rows) == {("edit", "EAGLE-3 chain K=2"), ("chat", "EAGLE-3 chain K=2")}
-    assert set(llm_demo.eagle3_rows(rep, sampled=True)) == {("chat · T = 1", "EAGLE-3 chain K=2 · sampled (T = 1)")}
-    assert llm_demo.eagle3_rows(report(None), threads="2") == {}
+    assert set(llm_demo.head_rows(rep, "smollm2-medusa")) == {("edit", "Medusa 2-1"), ("chat", "Medusa 2-1")}
+    assert set(llm_demo.head_rows(rep, sampled=True)) == {("chat · T = 1", "EAGLE-3 chain K=2 · sampled (T = 1)")}
+    assert llm_demo.head_rows(report(None), threads="2") == {}
     assert measures.fmt_spread(rows[("chat", "EAGLE-3 chain K=2")]["speedup"], 2, "×", count=False) == \
         "0.97× [0.81, 1.10]"
 

@@ -63,7 +63,7 @@ def test_lookups_and_their_refusals():
     assert kinds.names("head") == ("eagle", "eagle3", "medusa")
     assert set(kinds.REPORT_ORDER) == set(kinds.names())
     with pytest.raises(ValueError, match="kind must be one of draft, eagle, eagle3, medusa, mtp, smollm2-eagle3, "
-                                         "got 'eagle4'"):
+                                         "smollm2-medusa, got 'eagle4'"):
         kinds.kind("eagle4")
     assert {k.target for k in kinds.KINDS} == {"tiny"} and {k.target for k in kinds.LLM_KINDS} == {"smollm2"}
 

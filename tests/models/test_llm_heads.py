@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lessonlib.core import tree
+from lessonlib.core import kinds, tree
 from lessonlib.models import llm_heads, llm_store
 from lessonlib.models.eagle3_export import NAMES, export, hf_config, read_back
 from lessonlib.models.llama import Llama, LlamaConfig, load_smollm2
@@ -187,29 +187,32 @@ def smollm2():
     return load_smollm2(torch.float32, block_size=256)
 
 
-def test_shipped_head_decodes_exactly(smollm2):
-    """The shipped head beside the real target: greedy T = 0 output = plain greedy decoding (a
-    chain and a tree), q rows zero outside the draft vocabulary and summing to 1."""
-    if not llm_store.paths()[0].exists():
-        pytest.skip("the shipped head is not built yet: python -m lessonlib.models.train_llm_heads eagle3")
+@pytest.mark.parametrize("kind", [k.name for k in kinds.LLM_KINDS])
+def test_shipped_heads_decode_exactly(smollm2, kind):
+    """Each shipped head of the real target (EAGLE-3, Medusa) beside it: greedy T = 0 output =
+    plain greedy decoding (a chain and a tree), q rows zero outside the draft vocabulary and
+    summing to 1."""
     from lessonlib.decoding.decode import generate
-    from lessonlib.decoding.llm_drafter import load_eagle3_drafter
+    from lessonlib.decoding.llm_drafter import head_drafter, load_head
     from lessonlib.decoding.tree_decode import tree_generate
     from lessonlib.models.llama_tokenizer import encode_chat, load_tokenizer
 
+    if not llm_store.paths(kinds.kind(kind).checkpoint)[0].exists():
+        pytest.skip(f"{kind} is not built yet: python -m lessonlib.models.train_llm_heads")
     tok = load_tokenizer()
     prompts = [encode_chat(tok, [{"role": "user", "content": "Write a Python function that reverses a list."}]),
                encode_chat(tok, [{"role": "user", "content": "What is the capital of France?"}])]
+    head = load_head(smollm2, kind)
     for p in prompts:
         plain, _ = generate(smollm2, p, 12)
         for rule in (functools.partial(tree.draft_topk, branching=(1, 1, 1)),
                      functools.partial(tree.draft_topk, branching=(2, 2, 1))):
-            drafter = load_eagle3_drafter(smollm2)
+            drafter = head_drafter(kind, head, smollm2)
             spec, _ = tree_generate(smollm2, drafter, p, 12, rule=rule)
             assert spec == plain
-    q = np.exp(drafter.logq)  # rows of the last round: the root's and every fed node's
+    q = np.exp(drafter.logq if hasattr(drafter, "logq") else drafter.rows)  # the last round's rows
     assert np.allclose(q.sum(-1), 1.0)
-    assert (q[:, ~drafter.head.t2d.numpy()] == 0).all()
+    assert (q[:, ~head.t2d.numpy()] == 0).all()
 
 
 def test_windows_keep_the_mix_and_are_seeded():
