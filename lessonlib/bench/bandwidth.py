@@ -42,14 +42,20 @@ def read_bandwidth(n_bytes: int, repeats: int = 20) -> float:
     return x.numel() * 4 / best
 
 
-def step_times(models: dict, rounds: int = 3) -> dict:
-    """{name: {n: fastest seconds}}: ``pass_times`` of each model, the models taking turns."""
-    best: dict = {name: {n: float("inf") for n in SIZES} for name in models}
+def step_rounds(models: dict, rounds: int = 3) -> dict:
+    """{name: {n: [fastest seconds of each round]}}: ``pass_times`` of each model, the models
+    taking turns round by round (a round's spread is what a re-run would see)."""
+    out: dict = {name: {n: [] for n in SIZES} for name in models}
     for _ in range(rounds):
         for name, model in models.items():
             for n, s in pass_times(model, SIZES, context=128, repeats=20).items():
-                best[name][n] = min(best[name][n], s)
-    return best
+                out[name][n].append(s)
+    return out
+
+
+def step_times(models: dict, rounds: int = 3) -> dict:
+    """{name: {n: fastest seconds}}: the fastest round of ``step_rounds``."""
+    return {name: {n: min(times) for n, times in by_n.items()} for name, by_n in step_rounds(models, rounds).items()}
 
 
 def decode_rates(models: dict, drafts: dict, prompt_list, new_tokens: int, repeats: int) -> dict:

@@ -121,11 +121,12 @@ def streams(target: Any, draft: Any, runs: Mapping[str, tuple[Any, int, float | 
 
 def wall_clock(target: Any, draft: Any, prompts: Sequence[list[int]], wall_temps: Sequence[float], n: int,
                kl: Mapping[str, np.ndarray], temps: Sequence[float], choose_k: Callable[[float], int], c: float,
-               forward_cost: Any) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
-    """Plain, sampled and greedy draft (K = ``choose_k(α)``) per prompt and T. Returns (wall, wall_spread, alpha_dec),
-    {kind: per T}: rows (T, K, τ, speedup, E/(Kc+1), E/(Kc+r), warm r), speedup summaries, α while decoding."""
-    per_kind: list[dict[str, list]] = [{kind: [] for kind in KINDS} for _ in range(3)]
-    wall, wall_spread, alpha_dec = per_kind
+               forward_cost: Any) -> tuple[dict[str, list], dict[str, list], dict[str, list], dict[str, list]]:
+    """Plain, sampled and greedy draft (K = ``choose_k(α)``) per prompt and T. Returns (wall, wall_spread, alpha_dec,
+    alpha_spread), {kind: per T}: rows (T, K, τ, speedup, E/(Kc+1), E/(Kc+r), warm r), speedup summaries, α while
+    decoding (all prompts' drafts pooled) and its Interval over the prompts (each prompt's own α)."""
+    per_kind: list[dict[str, list]] = [{kind: [] for kind in KINDS} for _ in range(4)]
+    wall, wall_spread, alpha_dec, alpha_spread = per_kind
     tps = lambda trace: trace["tokens"].sum() / trace["seconds"].sum()  # noqa: E731
     for t in wall_temps:
         i = list(temps).index(t)
@@ -143,11 +144,12 @@ def wall_clock(target: Any, draft: Any, prompts: Sequence[list[int]], wall_temps
         for kind, k in ks.items():
             speedup, tau_s = measures.summary([x[0] for x in per[kind]]), measures.summary([x[1] for x in per[kind]])
             alpha_dec[kind].append(measures.alpha(sum(x[2] for x in per[kind]), sum(x[3] for x in per[kind])))
+            alpha_spread[kind].append(Interval.of(measures.summary([x[2] / x[3] for x in per[kind]])))
             wall_spread[kind].append(speedup)
             r = float(verify_cost(k + 1, 1, forward_cost))
             wall[kind].append((t, k, tau_s["median"], speedup["median"], theory.expected_speedup(kl[kind][i], k, c),
                                theory.expected_tokens_per_verify(kl[kind][i], k) / (k * c + r)))
-    return wall, wall_spread, alpha_dec
+    return wall, wall_spread, alpha_dec, alpha_spread
 
 
 def print_wall(wall: Mapping[str, list], wall_spread: Mapping[str, list], alpha_dec: Mapping[str, list],
@@ -209,7 +211,8 @@ def policy_streams(target: Any, draft: Any, phases: Sequence[tuple[float, int]],
                    make_policy: Callable[[], Any], throughput: Callable[[Any, Any], np.ndarray],
                    n_streams: int) -> SimpleNamespace:
     """Always, never and ``make_policy()`` on streams following ``phases`` [(T, tokens)]. Returns a namespace:
-    bounds, traces (last stream), tps_runs, tps (medians), ratio (policy / better), reaction, left_early."""
+    bounds, traces (last stream), tps_runs, tps (medians), ratio (policy / better), reaction, left_early,
+    over_worse (per phase: policy / the worse fixed strategy, an Interval over the streams)."""
     bounds = np.concatenate([[0], np.cumsum([n for _, n in phases])])
 
     def schedule(position: int) -> float:
@@ -231,8 +234,10 @@ def policy_streams(target: Any, draft: Any, phases: Sequence[tuple[float, int]],
         reaction["on in the second T = 0 phase"].append(tokens_until(policy, bounds[2], True))
     tps = {name: np.median([r[name] for r in tps_runs], axis=0) for name in ("always", "never", "policy")}
     ratio = np.array([r["policy"] / np.maximum(r["always"], r["never"]) for r in tps_runs])
+    worse = np.array([r["policy"] / np.minimum(r["always"], r["never"]) for r in tps_runs])  # (streams, phases)
+    over_worse = [Interval.of(measures.summary(worse[:, j], min_count=n_streams)) for j in range(worse.shape[1])]
     return SimpleNamespace(bounds=bounds, traces=traces, tps_runs=tps_runs, tps=tps, ratio=ratio, reaction=reaction,
-                           left_early=left_early)
+                           left_early=left_early, over_worse=over_worse)
 
 
 def print_policy_streams(run: SimpleNamespace, phases: Sequence[tuple[float, int]], k: int, c: float,

@@ -11,7 +11,8 @@ surrounds them:
   ``plot_prediction`` draws them;
 * ``forward_paths``, ``time_forwards``, ``c_and_r`` and ``forwards_table`` build the readable,
   fast and native model pairs, time their steps against the bound the weights set, and print
-  the path table;
+  the path table; ``forward_spread`` gives the ratios the claims compare as intervals over the
+  timing rounds;
 * ``peers_table`` prints the stored peer run and returns the two engines the claims compare.
 
 Every English sentence goes through ``messages.say`` with the template the notebook printed.
@@ -176,18 +177,41 @@ def forward_paths(target: Any, draft: Any) -> dict[str, tuple[Any, Any]]:
     return paths
 
 
-def time_forwards(paths: Mapping[str, tuple[Any, Any]], target: Any) -> tuple[dict, dict[str, float]]:
+FORWARD_ROUNDS = 3  # timing rounds, the models taking turns: the claims' intervals span them
+
+
+def time_forwards(paths: Mapping[str, tuple[Any, Any]], target: Any) -> tuple[dict, dict[str, float], dict]:
     """({"path role": {n: fastest seconds of a forward over n new tokens}}, {path: forward bound in
-    seconds}): the models take turns (``bandwidth.step_times``); a path's bound is the bytes of
-    weights it reads divided by the read bandwidth measured now. Prints the weights and the bound."""
-    steps = bandwidth.step_times({f"{name} {role}": m for name, pair in paths.items()
-                                  for role, m in zip(("target", "draft"), pair)}, rounds=2)
+    seconds}, {"path role": {n: [each round's fastest]}}): the models take turns
+    (``bandwidth.step_rounds``); a path's bound is the bytes of weights it reads divided by the read
+    bandwidth measured now. Prints the weights and the bound."""
+    rounds = bandwidth.step_rounds({f"{name} {role}": m for name, pair in paths.items()
+                                    for role, m in zip(("target", "draft"), pair)}, rounds=FORWARD_ROUNDS)
+    steps = {name: {n: min(times) for n, times in by_n.items()} for name, by_n in rounds.items()}
     weight_bytes = sum(p.numel() * p.element_size() for p in target.parameters())  # float32
     read_rate = bandwidth.read_bandwidth(weight_bytes)  # bytes per second, one thread
     bounds = {name: (target.native.nbytes if name == "native" else weight_bytes) / read_rate for name in paths}
     print(say("target weights {mb:.1f} MB in float32: forward bound {ms:.2f} ms at the read bandwidth measured now",
               mb=weight_bytes / 1e6, ms=1e3 * bounds["fast"]))
-    return steps, bounds
+    return steps, bounds, rounds
+
+
+def forward_spread(rounds: Mapping[str, Mapping[int, Sequence[float]]], bounds: Mapping[str, float],
+                   alpha: float) -> dict[str, Interval]:
+    """Intervals over the timing rounds (median [q25, q75] of the per-round values) of what the
+    path claims compare: "{a} / {b} step" (one-token target steps), "{path} step / bound" and
+    "{path} predicted" (E(α, 5) / (5c + r(6)), c and r of that round)."""
+    from lessonlib.core.theory import expected_tokens_per_verify
+
+    step = {name: np.asarray(rounds[f"{name} target"][1]) for name in bounds}
+    out = {f"{name} step / bound": step[name] / bounds[name] for name in bounds}
+    for name in bounds:
+        c, r = np.asarray(rounds[f"{name} draft"][1]) / step[name], np.asarray(rounds[f"{name} target"][6]) / step[name]
+        out[f"{name} predicted"] = expected_tokens_per_verify(alpha, 5) / (5 * c + r)
+    names = list(bounds)
+    for a, b in zip(names[1:], names):  # each path against the one before it: fast / readable, native / fast
+        out[f"{a} / {b} step"] = step[a] / step[b]
+    return {key: Interval.of(measures.summary(list(values), min_count=len(values))) for key, values in out.items()}
 
 
 def c_and_r(steps: Mapping[str, Mapping[int, float]], names: Sequence[str]) -> dict[str, tuple[float, float]]:

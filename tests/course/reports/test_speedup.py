@@ -3,6 +3,7 @@ the values its figure draws, each checked against values computed here from the 
 import json
 
 import matplotlib
+import numpy as np
 import pytest
 
 from lessonlib import paths
@@ -153,3 +154,24 @@ def test_peers_table_without_a_llama_cpp_run(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == ["no llama.cpp measurement stored: run python -m lessonlib.bench peers "
                    "(after pip install -r requirements-peers.txt)"] * 2
+
+
+def test_forward_spread_gives_each_compared_ratio_over_the_rounds():
+    """Per round: step / bound, the path against the one before it, and E(α, 5) / (5c + r(6)) with
+    that round's c and r; the interval is the median [q25, q75] of the rounds' values."""
+    from lessonlib.core.theory import expected_tokens_per_verify
+
+    rounds = {"readable target": {1: [4.0, 5.0, 6.0], 6: [5.0, 6.0, 6.0]},
+              "readable draft": {1: [0.4, 0.5, 0.3]},
+              "fast target": {1: [2.0, 2.5, 2.0], 6: [3.0, 3.0, 4.0]},
+              "fast draft": {1: [0.2, 0.2, 0.4]}}
+    out = report.forward_spread(rounds, {"readable": 1.0, "fast": 0.5}, alpha=0.6)
+    assert set(out) == {"readable step / bound", "fast step / bound", "readable predicted", "fast predicted",
+                        "fast / readable step"}
+    ratio = out["fast / readable step"]  # 2/4, 2.5/5, 2/6
+    assert ratio.median == pytest.approx(0.5) and ratio.low == pytest.approx(np.quantile([0.5, 0.5, 1 / 3], 0.25))
+    assert out["fast step / bound"].median == pytest.approx(4.0)
+    e = expected_tokens_per_verify(0.6, 5)
+    per_round = [e / (5 * d / s + r / s) for d, s, r in zip([0.2, 0.2, 0.4], [2.0, 2.5, 2.0], [3.0, 3.0, 4.0])]
+    assert out["fast predicted"].median == pytest.approx(np.median(per_round))
+    assert out["fast predicted"].high == pytest.approx(np.quantile(per_round, 0.75))
