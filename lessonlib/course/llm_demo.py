@@ -79,16 +79,30 @@ def run_eagle3(new_tokens: int = 64, k: int = 2, repeats: int = 2, prompt: int =
             "k": k}
 
 
-def eagle3_rows(report: dict, threads: str = "1", sampled: bool = False) -> dict[tuple[str, str], dict]:
-    """{(prompt set, method): its summary} of the EAGLE-3 rows of a ``bench llm`` report at
-    ``threads`` (the methods named after ``core.kinds``' real-LLM kind): the greedy ones, or with
-    ``sampled`` the ones at T = 1 (their prompt set is "<set> · T = 1"); empty when it has none."""
+def head_rows(report: dict, kind: str = "smollm2-eagle3", threads: str = "1",
+              sampled: bool = False) -> dict[tuple[str, str], dict]:
+    """{(prompt set, method): its summary} of one trained head's rows in a ``bench llm`` report at
+    ``threads``: the methods named after ``kind`` (a real-LLM kind of ``core.kinds``: EAGLE-3 or
+    Medusa); the greedy ones, or with ``sampled`` the ones at T = 1 (their prompt set is
+    "<set> · T = 1"); empty when it has none."""
     from lessonlib.core import kinds
 
-    k = kinds.kind("smollm2-eagle3")
+    k = kinds.kind(kind)
     methods = report.get("by_threads", {}).get(threads, {}).get("methods", {})
     return {(kind, name): row["spread"] for kind, by_method in methods.items() for name, row in by_method.items()
             if name.startswith((k.chain + " ", k.tree + " ")) and (" · T = " in kind) == sampled}
+
+
+def show_rows(rows: dict[tuple[str, str], dict]) -> None:
+    """Print one head's rows (``head_rows``), one line each: τ, α while decoding, a round's drafting
+    in one-token target steps and the speedup, each median [q25, q75] over the prompts."""
+    from lessonlib.course.claims import Interval
+    from lessonlib.course.messages import say
+
+    print(say("prompts  method              τ                   α (decoding)        draft / round        speedup"))
+    for (kind, name), s in rows.items():
+        print(f"{kind:8s} {name:19s} {Interval.of(s['tau'])}   {Interval.of(s['alpha'])}   "
+              f"{Interval.of(s['draft_cost_per_round']):.3f}   {Interval.of(s['speedup'], '×')}")
 
 
 def regime(sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), context: int = 128, repeats: int = 5) -> dict:

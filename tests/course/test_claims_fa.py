@@ -250,6 +250,8 @@ SAID_NOT_ROUND_TRIP = {
     "intervals: no difference measured)",
     "on the real LLM at T = 1 ({kind} prompts) α of the chain drawn from q ({drawn}) against the same chain of "
     "deterministic candidates ({fixed}): {word} (overlapping intervals: no difference measured)",
+    "{kind} prompts: Medusa's fastest setting ({m}) against EAGLE-3's ({e}): {word} (overlapping intervals: no "
+    "difference measured)",
 }
 
 
