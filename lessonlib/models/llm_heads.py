@@ -102,7 +102,7 @@ class DraftVocabulary(nn.Module):
         of N rows each step would copy 19 MB, more than the head's layer reads)."""
         w = target.wte.weight
         version = lambda t: -1 if t.is_inference() else t._version  # noqa: E731 (inference tensors keep none)
-        key = (w.data_ptr(), w.dtype, w.device, version(w), self.d2t.data_ptr(), version(self.d2t), transposed)
+        key = (w.data_ptr(), w.dtype, w.device, version(w), self.d2t.data_ptr(), version(self.d2t))
         cache = self.__dict__.setdefault("_tied", {})  # not a buffer: never saved with the weights
         if cache.get(transposed, (None,))[0] != key:
             rows = w.detach()[self.draft_ids]

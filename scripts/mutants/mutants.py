@@ -783,3 +783,43 @@ MUTANTS += [  # printed Persian in reading order, displayed Markdown in the read
     ("bench", START, "kept = {m: s for m, s in rows.items() if not trained or m.startswith(TRAINED)}",
      "kept = dict(rows)", "the fastest trained draft may be a setting with no trained draft"),
 ]
+
+MEDUSA_LLM, LLM_HEADS_PY = "lessonlib/models/llm_medusa.py", "lessonlib/models/llm_heads.py"
+SPEEDUP_R, HIGH_T_R = "lessonlib/course/reports/speedup.py", "lessonlib/course/reports/high_temperature.py"
+LLM_DEMO, LLM_BENCH = "lessonlib/course/llm_demo.py", "lessonlib/bench/llm.py"
+TESTS[MEDUSA_LLM] = ["tests/models/test_llm_medusa.py"]
+TESTS[LLM_HEADS_PY] = ["tests/models/test_llm_medusa.py", "tests/models/test_llm_heads.py"]
+TESTS[SPEEDUP_R] = ["tests/course/reports/test_speedup.py"]
+TESTS[LLM_DEMO] = TESTS[LLM_BENCH] = ["tests/bench/test_llm.py"]
+MUTANTS += [  # the real LLM's Medusa heads, the tied rows' caches, the rows readers, the forward-path spreads
+    ("heads", MEDUSA_LLM, "logq = F.log_softmax(logits[k, :, : logits.shape[2] - k].float(), -1)",
+     "logq = F.log_softmax(logits[k, :, 1 : logits.shape[2] - k + 1].float(), -1)",
+     "Medusa's head k is judged one position off (the survivor class of the previous round)"),
+    ("heads", MEDUSA_LLM, "pk, mk = p[:, k:], keep[:, k:].float()",
+     "pk, mk = p[:, k:], keep[:, :p.shape[1] - k].float()", "head k's mask comes from the wrong positions"),
+    ("heads", MEDUSA_LLM, "        x = target.norm_f(hidden.to(self.heads[0].weight.dtype))",
+     "        x = hidden.to(self.heads[0].weight.dtype)", "the heads read the hidden state without the final norm"),
+    ("heads", MEDUSA_LLM, "y = torch.stack([x + F.silu(head(x)) for head in self.heads])",
+     "y = torch.stack([F.silu(head(x)) for head in self.heads])", "the residual is dropped from each head"),
+    ("heads", MEDUSA_LLM, "        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:",
+     "        if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 0:",
+     "zero heads are accepted"),
+    ("heads", LLM_HEADS_PY, "cache[transposed] = (key, rows.T.contiguous() if transposed else rows)",
+     "cache[transposed] = (key, rows.T.contiguous())", "the tied rows are handed out transposed to every reader"),
+    ("heads", LLM_HEADS_PY, "key = (w.data_ptr(), w.dtype, w.device, version(w),",
+     "key = (w.data_ptr(), w.dtype, w.device, 0,",
+     "the tied rows stay stale after an in-place change of the embedding"),
+    ("bench", LLM_DEMO, "if name.startswith((k.chain + \" \", k.tree + \" \")) and (\" · T = \" in kind) == sampled}",
+     "if name.startswith((k.chain + \" \", k.tree + \" \"))}",
+     "a head's greedy rows and its T = 1 rows are read as one"),
+    ("bench", LLM_BENCH, "HEAD_KINDS = tuple(k.name for k in core_kinds.LLM_KINDS)",
+     "HEAD_KINDS = tuple(k.name for k in core_kinds.LLM_KINDS)[:1]", "bench llm leaves Medusa out"),
+    ("bench", SPEEDUP_R, "    for a, b in zip(names[1:], names):", "    for a, b in zip(names, names[1:]):",
+     "the path ratios are inverted (readable / fast)"),
+    ("bench", SPEEDUP_R, "out[f\"{name} predicted\"] = expected_tokens_per_verify(alpha, 5) / (5 * c + r)",
+     "out[f\"{name} predicted\"] = expected_tokens_per_verify(alpha, 5) / (5 * c + 1)",
+     "the predicted speedup leaves out the verify cost r"),
+    ("bench", SPEEDUP_R, "Interval.of(measures.summary(list(values), min_count=len(values)))",
+     "Interval.of(measures.summary(list(values), level=0.0, min_count=len(values)))",
+     "the rounds' spread collapses to the median: a claim over it sweeps nothing"),
+]
