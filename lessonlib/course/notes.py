@@ -10,10 +10,13 @@ the instructor reads the numbers the stored notebook shows and no typed number c
 it. The prose around the block explains what to expect; it names no measured number. The list of
 wrong implementations the checks catch, with its score line, is generated the same way, from
 ``checks.wrong`` (``catalogue``). The Persian page, ``solutions/fa/README.md``, has the same
-blocks, quoted from the Persian edition's stored outputs (the same claims, in Persian).
+blocks, quoted from the Persian edition's stored outputs (the same claims, in Persian), and the
+English prose translated; it records which English prose it translates (``prose_digest``), and
+``--check`` fails when the English prose changed since.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import re
@@ -108,6 +111,25 @@ def catalogue(text: str) -> str:
     return head + begin + wrong.markdown().rstrip() + end + rest.split(end, 1)[1]
 
 
+TRANSLATED = "<!-- translated from solutions/README.md: prose sha256 {digest} -->"
+
+
+def prose_digest(english: str) -> str:
+    """The first 16 hex digits of the sha256 of the English page's hand-written prose: the page with
+    its generated blocks (expected results, the catalogue) cut out, so that a re-run's numbers are
+    not an edit the Persian page must follow, and any word of prose is."""
+    begin, end = re.escape(BEGIN.split("{name}")[0]), re.escape(END)
+    text = re.sub(begin + r".*?" + end, "", english, flags=re.DOTALL)
+    text = re.sub(re.escape(CATALOGUE[0]) + r".*?" + re.escape(CATALOGUE[1]), "", text, flags=re.DOTALL)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def translation_current(root: pathlib.Path = paths.ROOT) -> bool:
+    """Whether the Persian page records the digest of the English page's prose as it is now."""
+    english = (root / NOTES).read_text(encoding="utf-8")
+    return TRANSLATED.format(digest=prose_digest(english)) in (root / NOTES_FA).read_text(encoding="utf-8")
+
+
 def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m lessonlib.course.notes", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check that the notes match the stored outputs")
@@ -129,6 +151,11 @@ def main(argv=None) -> int:
             print(f"wrote {page}")
         else:
             print(f"{page} was up to date")
+    if not translation_current(pathlib.Path(args.root)):
+        stale += 1
+        digest = prose_digest((pathlib.Path(args.root) / NOTES).read_text(encoding="utf-8"))
+        print(f"{NOTES_FA} translates an older {NOTES}: translate the changed prose, then record "
+              f"{TRANSLATED.format(digest=digest)}")
     return 1 if args.check and stale else 0
 
 

@@ -124,3 +124,13 @@ def test_a_malformed_glossary_row_names_its_line(copy):
     lines = len(path.read_text(encoding="utf-8").splitlines())
     with pytest.raises(ValueError, match=f"glossary.tsv, line {lines}: expected tab-separated"):
         glossary.load(copy)
+
+
+def test_the_persian_pages_follow_the_glossary_and_the_register():
+    """The Persian pages written outside the catalogues (README.fa.md, the instructor notes) follow
+    the same glossary and avoid the same informal words."""
+    rows = glossary.load(ROOT)
+    for page in ("README.fa.md", "solutions/fa/README.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert not glossary.findings(text, rows), (page, glossary.findings(text, rows))
+        assert not [w for w in INFORMAL if w in text], page

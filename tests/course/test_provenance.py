@@ -257,3 +257,19 @@ def test_quoted_names_each_report_read_and_its_run(tmp_path):
     for bad in ("Runs: decode=x", record.QUOTED + "decode=", record.QUOTED + "decode x", record.QUOTED + "=x"):
         with pytest.raises(ValueError):
             record.parse_quoted(bad)
+
+
+def test_the_persian_notes_translate_the_english_prose_as_it_is():
+    """solutions/fa/README.md records the digest of the English prose it translates: an English edit
+    without its Persian fails here (``notes --check`` says the same)."""
+    assert notes.translation_current(), "translate the changed English prose into solutions/fa/README.md"
+
+
+def test_the_prose_digest_follows_the_prose_not_the_generated_blocks():
+    english = (paths.ROOT / notes.NOTES).read_text(encoding="utf-8")
+    digest = notes.prose_digest(english)
+    marker = notes.BEGIN.format(name="01_exact_rule") + "\n"
+    assert notes.prose_digest(english.replace(marker, marker + "- a re-run's new claim line\n")) == digest
+    begin = notes.CATALOGUE[0]
+    assert notes.prose_digest(english.replace(begin, begin + "| a new wrong answer |\n")) == digest
+    assert notes.prose_digest(english.replace("## How the notebooks are made", "## How notebooks are made")) != digest
