@@ -104,6 +104,11 @@ _OUTPUT_JS = r"""async (samples) => {
     }
     return judged ? true : null;
   };
+  // a table row, as lessonlib.course.rtl._is_table_row reads one: padded columns once bracketed values are
+  // set aside, a label padded after its colon not counting
+  const isTable = line => { let t = line.trim(), prev;
+    do { prev = t; t = t.replace(/\[[^\[\]]*\]|\([^()]*\)/g, '[]'); } while (t !== prev);
+    return /[^\s:] {2,}\S/.test(t); };
   const judge = node => {
     const out = [], text = node.data;
     for (const m of text.matchAll(/\u2066([^\u2066-\u2069]*)\u2069/g)) {
@@ -116,19 +121,23 @@ _OUTPUT_JS = r"""async (samples) => {
       out.push({kind: 'line', text: text.slice(m.index + 1, m.index + 30),
                 ordered: a.top === b.top ? a.right > b.right : null});
     }
-    for (const line of text.split('\n'))  // a Persian line printed without isolates (a table row needs none)
-      if (/[\u0600-\u06FF]/.test(line) && !/[\u2066-\u2069]/.test(line) && !/\S {2,}\S/.test(line.trim()))
-        out.push({kind: 'bare', text: line.slice(0, 60), ordered: false});
     return out;
   };
+  // a Persian line not laid out right to left (no RLI; its values may be isolated), unless a table row:
+  // judged on the whole <pre>'s text, as a renderer may cut one line into several text nodes (links)
+  const bare = pre => pre.textContent.split('\n').filter(line =>
+    /[\u0600-\u06FF]/.test(line) && !/\u2067/.test(line) && !isTable(line))
+    .map(line => ({kind: 'bare', text: line.slice(0, 60), ordered: false}));
   const texts = el => { const t = document.createTreeWalker(el, NodeFilter.SHOW_TEXT), out = [];
     let n; while ((n = t.nextNode())) if (/[\u0600-\u06FF]/.test(n.data)) out.push(n); return out; };
   const found = [];
   for (const [index, cell] of w.content.widgets.entries()) {
     if (cell.model.type !== 'code' || !cell.model.outputs.length) continue;
     cell.node.scrollIntoView({block: 'start'}); await frame(); await frame();  // outputs are drawn on sight
-    for (const pre of cell.node.querySelectorAll('.jp-OutputArea-output pre'))
+    for (const pre of cell.node.querySelectorAll('.jp-OutputArea-output pre')) {
       for (const node of texts(pre)) for (const r of judge(node)) found.push({index, ...r});
+      for (const r of bare(pre)) found.push({index, ...r});
+    }
   }
   const host = document.querySelector('.jp-OutputArea-output') || document.body;
   const probe = document.createElement('pre'); host.appendChild(probe);

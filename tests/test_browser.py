@@ -25,6 +25,7 @@ from pathlib import Path
 
 import browser_rtl
 import browser_support as bs
+import nbformat
 import pytest
 
 from lessonlib import paths
@@ -266,6 +267,33 @@ def test_persian_solution_renders_right_to_left_in_browser(lab, page, path, tmp_
 def test_persian_exercise_runs_right_to_left_in_browser(lab, page, path, tmp_path):
     drive(page, lab, path, Path(path).stem + "-exercise-fa", tmp_path,
           [check_run, check_figures, check_rtl, check_output_order])
+
+
+# A wrong answer to 1a (the sign swapped, a catalogued mistake): the check's failure is what a stuck
+# student reads most, and it prints arrays, a tolerance and a hint inside Persian lines.
+WRONG_1A = "    d = np.maximum(q - p, 0)  # a wrong answer: q - p instead of p - q\n    return d / d.sum()"
+
+
+def check_wrong_answer(page, report: dict, path: str) -> None:
+    """The check refused the wrong answer in Persian, with the expected and the student's values."""
+    errors = "\n".join(e for c in report["cells"] for e in c["errors"])
+    assert "1a" in errors and "[" in errors and "✗" in errors, f"{path}: no failing 1a check shown: {errors[:300]}"
+
+
+def test_persian_exercise_wrong_answer_reads_right_to_left(lab, page, tmp_path):
+    """Exercise 01 in Persian with a wrong answer to 1a, run up to its check: the failure's lines
+    (message, expected and given arrays, hint) drawn in reading order. The notebook is a copy
+    beside the exercise in the lab's staged copy of the course (the checkout is not touched)."""
+    source = REPO / "exercises/fa/01_exact_rule.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    stub = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("def residual"))
+    body = nb.cells[stub].source
+    nb.cells[stub].source = body[:body.index("    raise NotImplementedError")] + WRONG_1A
+    nb.cells = nb.cells[:stub + 2]  # up to the check of 1a
+    name = "exercises/fa/wrong_answer_01.ipynb"
+    nbformat.write(nb, lab.root / name)
+    drive(page, lab, name, "01_exact_rule-wrong-answer-fa", tmp_path,
+          [check_wrong_answer, check_rtl, check_output_order])
 
 
 def test_every_persian_notebook_kind_is_checked_right_to_left():

@@ -78,7 +78,11 @@ RTL_LETTER = re.compile(r"[\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]")  # Hebrew 
 _STRONG = r"[0-9A-Za-z\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF]"
 _RUN = re.compile(rf"{_STRONG}(?:[^\n\u0590-\u08FF\uFB1D-\uFDFF\uFE70-\uFEFF]*{_STRONG})?")
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
-_TABLE_GAP = re.compile(r"\S {2,}\S")  # columns padded apart: a table row keeps its left-to-right order
+# columns padded apart: a table row keeps its left-to-right order. Not a table: a label padded after its
+# colon ("خروجی شما:  [...]") or the padding numpy puts between an array's elements ("[0.     0.5]").
+_TABLE_GAP = re.compile(r"[^\s:] {2,}\S")
+_BRACKETED = re.compile(r"\[[^\[\]]*\]|\([^()]*\)")
+_TRAILING_DOT = re.compile(r"\. *(?=[\])])")  # an array's last element "0." before its closing bracket
 
 
 def _widen(line: str, start: int, end: int, lo: int, hi: int) -> tuple[int, int]:
@@ -102,8 +106,11 @@ def _widen(line: str, start: int, end: int, lo: int, hi: int) -> tuple[int, int]
                 start, changed = start - 1, True
         if changed:
             continue
-        if after in ("×", "%") or line[end:end + 2] in (".]", ".)") and end + 2 <= hi:
-            end, changed = end + 1, True  # "1.60×", "5 %", numpy's "[0. 1.]"
+        trail = _TRAILING_DOT.match(line, end, hi)  # numpy's "0.]", or "0.    ]" when it pads the columns
+        if after in ("×", "%"):
+            end, changed = end + 1, True  # "1.60×", "5 %"
+        elif trail:
+            end, changed = trail.end(), True
         elif before in _PAIRS and after == _PAIRS[before]:
             start, end, changed = start - 1, end + 1, True  # a bracketed value: "[0. 1. 0.5]", "(x)"
         elif before in ("-", "+", "−") and line[start].isdigit():
@@ -149,6 +156,14 @@ def strip_isolates(text: str) -> str:
     return ISOLATES.sub("", text)
 
 
+def _is_table_row(line: str) -> bool:
+    """Whether ``line`` is a row of padded columns, once its bracketed values are set aside."""
+    text, previous = line.strip(), None
+    while text != previous:  # innermost brackets first: "[[0.  1.]]"
+        previous, text = text, _BRACKETED.sub("[]", text)
+    return bool(_TABLE_GAP.search(text))
+
+
 def isolate_line(line: str) -> str:
     """One printed line laid out in reading order: unchanged without a right-to-left letter; else each
     left-to-right run in an LRI … PDI and (unless the line is a table row, whose columns read left to
@@ -162,7 +177,7 @@ def isolate_line(line: str) -> str:
         at = end
     body = "".join(out) + line[at:]
     indent = body[:len(body) - len(body.lstrip(" "))]
-    if _TABLE_GAP.search(line.strip()):
+    if _is_table_row(line):
         return body
     return f"{indent}{RLI}{body[len(indent):]}{PDI}"
 

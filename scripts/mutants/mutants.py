@@ -763,7 +763,7 @@ MUTANTS += [  # printed Persian in reading order, displayed Markdown in the read
      "a bracketed value ([0. 1. 0.5]) is no longer one left-to-right run"),
     ("bench", RTL, "        if not lonely:", "        if True:",
      "a bracket whose partner is in the Persian text is isolated with the value"),
-    ("bench", RTL, "    if _TABLE_GAP.search(line.strip()):\n        return body\n", "",
+    ("bench", RTL, "    if _is_table_row(line):\n        return body\n", "",
      "a table row is laid out right to left, its columns reversed"),
     ("bench", RTL, "    line = strip_isolates(line)\n", "", "isolating twice nests the isolates (not idempotent)"),
     ("bench", RTL, "        elif before in (\"-\", \"+\", \"−\") and line[start].isdigit():", "        elif False:",
@@ -822,4 +822,12 @@ MUTANTS += [  # the real LLM's Medusa heads, the tied rows' caches, the rows rea
     ("bench", SPEEDUP_R, "Interval.of(measures.summary(list(values), min_count=len(values)))",
      "Interval.of(measures.summary(list(values), level=0.0, min_count=len(values)))",
      "the rounds' spread collapses to the median: a claim over it sweeps nothing"),
+]
+MUTANTS += [  # a failing check's array whose last element numpy pads ("0.    ]")
+    ("bench", RTL, "_TRAILING_DOT = re.compile(r\"\\. *(?=[\\])])\")", "_TRAILING_DOT = re.compile(r\"\\.(?=[\\])])\")",
+     "an array's padded last element splits the array's isolate (the expected values of a failing check)"),
+    ("bench", RTL, "        previous, text = text, _BRACKETED.sub(\"[]\", text)", "        previous = text",
+     "numpy's padding inside an array makes a check's line a table row, laid out left to right"),
+    ("bench", RTL, "_TABLE_GAP = re.compile(r\"[^\\s:] {2,}\\S\")", "_TABLE_GAP = re.compile(r\"\\S {2,}\\S\")",
+     "a label padded after its colon makes the line a table row, laid out left to right"),
 ]

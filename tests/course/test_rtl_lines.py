@@ -19,6 +19,8 @@ LINES = [
     "تجمیعی 0.624 (202 draft داوری‌شده) و got array([1., 0.]) بود",
     "(K = 2 برای) و نیاکان گرهٔ 4: [0, 1, 2, 3]))",
     "مورد 'p و q تصادفی (واژگان 8)': مقدارها فرق دارند",
+    "مورد انتظار: [0.2518 0.0068 0.1751 0.     0.4463 0.    ]",  # numpy pads the last "0." to the column
+    "  خروجی شما:  [0.     0.592  0.0233]",  # a label padded after its colon: a line, not a table row
 ]
 RUN = re.compile(f"{LRI}([^{LRI}{PDI}]*){PDI}")
 
@@ -47,6 +49,8 @@ def test_each_value_the_review_found_broken_is_one_isolate():
     got = runs(isolate_line(LINES[0])) + runs(isolate_line(LINES[1])) + runs(isolate_line(LINES[2]))
     for value in ("1a", "1.92252e-12", "[0. 1. 0.5]", "3d: 'tvd'", "-0.5", "1.60× [1.50, 1.70]", "α = 1 − TV"):
         assert value in got, (value, got)
+    # a failing check's expected array, whose last element numpy prints "0." padded to its column
+    assert runs(isolate_line(LINES[6])) == ["[0.2518 0.0068 0.1751 0.     0.4463 0.    ]"]
     # a bracket whose partner is in the Persian text stays outside the run (it is the Persian text's)
     assert runs(isolate_line(LINES[3]))[:2] == ["0.624", "202 draft"]
 
