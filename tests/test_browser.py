@@ -269,30 +269,34 @@ def test_persian_exercise_runs_right_to_left_in_browser(lab, page, path, tmp_pat
           [check_run, check_figures, check_rtl, check_output_order])
 
 
-# A wrong answer to 1a (the sign swapped, a catalogued mistake): the check's failure is what a stuck
-# student reads most, and it prints arrays, a tolerance and a hint inside Persian lines.
-WRONG_1A = "    d = np.maximum(q - p, 0)  # a wrong answer: q - p instead of p - q\n    return d / d.sum()"
+# A wrong answer (a catalogued mistake) to the first task of each Persian exercise the browser runs: the
+# check's failure is what a stuck student reads most, and it prints arrays, tolerances and hints inside
+# Persian lines. (path, the stub's first line, the wrong body, what its failure must show)
+WRONG = [("exercises/fa/01_exact_rule.ipynb", "def residual",
+          "    d = np.maximum(q - p, 0)  # a wrong answer: q - p instead of p - q\n    return d / d.sum()", "1a"),
+         ("exercises/fa/05_high_temperature.ipynb", "def breakeven_temperature",
+          "    below = np.nonzero(np.asarray(alphas) <= c)[0]  # a wrong answer: no interpolation to the crossing\n"
+          "    return np.asarray(temperatures)[below[0]] if len(below) else float('inf')", "5a")]
 
 
-def check_wrong_answer(page, report: dict, path: str) -> None:
-    """The check refused the wrong answer in Persian, with the expected and the student's values."""
-    errors = "\n".join(e for c in report["cells"] for e in c["errors"])
-    assert "1a" in errors and "[" in errors and "✗" in errors, f"{path}: no failing 1a check shown: {errors[:300]}"
-
-
-def test_persian_exercise_wrong_answer_reads_right_to_left(lab, page, tmp_path):
-    """Exercise 01 in Persian with a wrong answer to 1a, run up to its check: the failure's lines
-    (message, expected and given arrays, hint) drawn in reading order. The notebook is a copy
+@pytest.mark.parametrize("path, stub, wrong, task", WRONG, ids=[w[3] for w in WRONG])
+def test_persian_exercise_wrong_answer_reads_right_to_left(lab, page, tmp_path, path, stub, wrong, task):
+    """A Persian exercise with a wrong answer, run up to that task's check: the failure's lines
+    (message, expected and given values, hint) drawn in reading order. The notebook is a copy
     beside the exercise in the lab's staged copy of the course (the checkout is not touched)."""
-    source = REPO / "exercises/fa/01_exact_rule.ipynb"
-    nb = nbformat.read(source, as_version=4)
-    stub = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith("def residual"))
-    body = nb.cells[stub].source
-    nb.cells[stub].source = body[:body.index("    raise NotImplementedError")] + WRONG_1A
-    nb.cells = nb.cells[:stub + 2]  # up to the check of 1a
-    name = "exercises/fa/wrong_answer_01.ipynb"
+    nb = nbformat.read(REPO / path, as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith(stub))
+    body = nb.cells[at].source
+    nb.cells[at].source = body[:body.index("    raise NotImplementedError")] + wrong
+    nb.cells = nb.cells[:at + 2]  # up to the task's check
+    name = f"exercises/fa/wrong_answer_{task}.ipynb"
     nbformat.write(nb, lab.root / name)
-    drive(page, lab, name, "01_exact_rule-wrong-answer-fa", tmp_path,
+
+    def check_wrong_answer(page, report: dict, where: str) -> None:
+        errors = "\n".join(e for c in report["cells"] for e in c["errors"])
+        assert task in errors and "✗" in errors, f"{where}: no failing {task} check shown: {errors[:300]}"
+
+    drive(page, lab, name, f"{Path(path).stem}-wrong-answer-fa", tmp_path,
           [check_wrong_answer, check_rtl, check_output_order])
 
 

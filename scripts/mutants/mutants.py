@@ -831,3 +831,9 @@ MUTANTS += [  # a failing check's array whose last element numpy pads ("0.    ]"
     ("bench", RTL, "_TABLE_GAP = re.compile(r\"[^\\s:] {2,}\\S\")", "_TABLE_GAP = re.compile(r\"\\S {2,}\\S\")",
      "a label padded after its colon makes the line a table row, laid out left to right"),
 ]
+FRAMEWORK = "lessonlib/course/checks/framework.py"
+TESTS[FRAMEWORK] = ["tests/course/test_check_edges.py"]
+MUTANTS += [  # a 0-d answer shown as one number
+    ("bench", FRAMEWORK, "        if arr is not None and arr.dtype.kind in \"biuf\" and arr.ndim == 0:",
+     "        if False:", "a 0-d answer prints as numpy's '2.' (the dot a Persian line moves)"),
+]

@@ -126,3 +126,12 @@ def test_the_catalogue_in_the_notes_is_regenerated_not_typed():
     assert notes.catalogue(fresh) == fresh
     with pytest.raises(ValueError, match="catalogue once"):
         notes.catalogue("no markers here")
+
+
+def test_a_zero_dimensional_answer_prints_as_one_number():
+    """A 0-d array is shown like the number it holds ("2", not numpy's "2.", whose trailing dot a
+    right-to-left line moves to the other side of the value)."""
+    from lessonlib.course.checks.framework import _fmt
+
+    assert _fmt(np.array(2.0)) == "2" and _fmt(np.array(3)) == "3" and _fmt(np.array(1.88889)) == "1.88889"
+    assert _fmt(np.array([1.0, 2.0])) == "[1. 2.]"  # an array keeps numpy's layout

@@ -58,7 +58,9 @@ def _fmt(value, precision: int = 4) -> str:
             arr = np.asarray(value)
         except (ValueError, TypeError):  # a ragged list: show it as it is
             arr = None
-        if arr is not None and arr.dtype.kind in "biuf":
+        if arr is not None and arr.dtype.kind in "biuf" and arr.ndim == 0:
+            value = arr.item()  # a 0-d array is one number: "2", not numpy's "2." (whose dot a Persian line moves)
+        elif arr is not None and arr.dtype.kind in "biuf":
             return np.array2string(arr, precision=precision, suppress_small=precision <= 4, max_line_width=100,
                                    threshold=SHOW, edgeitems=3)
     if isinstance(value, (float, np.floating)):
