@@ -256,6 +256,8 @@ SAID_NOT_ROUND_TRIP = {
     "steps {e:.3f}: {word} (overlapping intervals: no difference measured)",
     "at T = 3, where α is a few hundredths, the greedy draft's α while decoding ({a3:.3f}) against its "
     "teacher-forced α ({t3:.3f}): {word} (an interval that holds it: no difference measured)",
+    "the sampled draft's measured speedup at T = {t:g} ({s}) against 1: {word} (an interval that holds 1: no "
+    "difference measured)",
 }
 
 
