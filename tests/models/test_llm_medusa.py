@@ -158,3 +158,13 @@ def test_the_tied_rows_follow_the_embedding(target):
     finally:
         with torch.no_grad():
             target.wte.weight.copy_(old)
+
+
+def test_the_real_llms_loaders_refuse_a_kind_of_the_tiny_target(target):
+    from lessonlib.decoding.llm_drafter import head_drafter, load_head
+
+    with pytest.raises(ValueError, match="kind must be a kind of the real LLM"):
+        load_head(target, "medusa")  # the tiny target's Medusa, not SmolLM2's
+    with pytest.raises(ValueError, match="kind must be one of"):
+        head_drafter("medusa-llm", trained(), target)
+    assert isinstance(head_drafter("smollm2-medusa", trained(), target), MedusaDrafter)
