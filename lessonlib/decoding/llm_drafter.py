@@ -42,28 +42,32 @@ class LlamaHeadDrafter(EagleDrafter):
         self.feature_layers = head.layers
 
 
-def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDrafter:
-    """The shipped head (``models.llm_store.load_llm_head``; refuses a head of another target)
-    as a drafter beside ``target``, on the target's engine (``engines.llama.accelerate_head``:
-    its draft step in ``native_llama.c`` beside a native target, else the readable step)."""
+def _frozen_on_engine(target: Llama, name: str) -> Any:
+    """The stored head ``name`` (``models.llm_store.load_llm_head``; refuses a head of another
+    target), frozen, on the target's engine (``engines.llama.accelerate_head``: EAGLE-3's draft step
+    in ``native_llama.c`` beside a native target, else the readable step)."""
     from lessonlib.engines.llama import accelerate_head
-    from lessonlib.models.llm_store import NAME, load_llm_head
+    from lessonlib.models.llm_store import load_llm_head
 
-    head = load_llm_head(target, name or NAME).requires_grad_(False)  # a frozen drafter, never trained here
-    return LlamaHeadDrafter(accelerate_head(head, target), target)
+    return accelerate_head(load_llm_head(target, name).requires_grad_(False), target)  # never trained here
+
+
+def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDrafter:
+    """The shipped EAGLE-3 head (or the stored head ``name``) as a drafter beside ``target``."""
+    from lessonlib.models.llm_store import NAME
+
+    return LlamaHeadDrafter(_frozen_on_engine(target, name or NAME), target)
 
 
 def load_head(target: Llama, kind: str) -> Any:
     """The shipped head of ``kind`` (a name of ``core.kinds.LLM_KINDS``) beside ``target``, frozen,
     on the target's engine where it has a native step (EAGLE-3's)."""
     from lessonlib.core import kinds
-    from lessonlib.engines.llama import accelerate_head
-    from lessonlib.models.llm_store import load_llm_head
 
     k = kinds.kind(kind)
     if k.loader != "llm-head":
         raise ValueError(f"kind must be a kind of the real LLM (core.kinds.LLM_KINDS), got {kind!r}")
-    return accelerate_head(load_llm_head(target, k.checkpoint).requires_grad_(False), target)
+    return _frozen_on_engine(target, k.checkpoint)
 
 
 def head_drafter(kind: str, head: Any, target: Llama) -> Any:

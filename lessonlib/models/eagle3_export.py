@@ -28,7 +28,7 @@ import torch
 from lessonlib import cli
 from lessonlib.jsonio import write_atomic
 from lessonlib.models.llama import Llama
-from lessonlib.models.llm_heads import LlamaEagle3Head
+from lessonlib.models.llm_heads import LlamaEagle3Head, ids_from_d2t
 
 WEIGHTS = "model.safetensors"
 NAMES = {  # the course's parameter -> the reference checkpoint's tensor
@@ -104,7 +104,7 @@ def read_back(out: pathlib.Path, target: Llama) -> LlamaEagle3Head:
     d2t = tensors["d2t"].long()
     if config["draft_vocab_size"] != len(d2t) or config["target_hidden_size"] != target.config.n_embd:
         raise ValueError(f"config.json sizes disagree with the tensors or the target: {config}")
-    head = LlamaEagle3Head(target.config, (torch.arange(len(d2t)) + d2t).numpy())
+    head = LlamaEagle3Head(target.config, ids_from_d2t(d2t))
     back = {ours: tensors[theirs] for ours, theirs in NAMES.items()}
     head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in back.items()}, strict=True)
     rows = head.draft_head(target).to(torch.float16)

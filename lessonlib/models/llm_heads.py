@@ -185,6 +185,13 @@ class LlamaEagle3Head(DraftVocabulary):
         return g, self.full_logits(self.draft_logits(target, g[-1:] if last else g))
 
 
+def ids_from_d2t(d2t: torch.Tensor) -> np.ndarray:
+    """The draft vocabulary's target ids from the reference's offset table: id i + d2t[i] (a stored
+    head's ``d2t``, which rebuilds the head it came from)."""
+    d2t = torch.as_tensor(d2t).long()
+    return (torch.arange(len(d2t)) + d2t).numpy()
+
+
 def draft_vocabulary(tokens: np.ndarray, size: int, vocab_size: int) -> np.ndarray:
     """The ``size`` most frequent ids of ``tokens`` (ties: lower id), padded with the lowest unseen
     ids when fewer occur; sorted."""

@@ -15,13 +15,14 @@ from lessonlib.core import kinds
 from lessonlib.models.checkpoints import CHECKPOINTS, write_pair
 from lessonlib.models.llama import Llama
 from lessonlib.models.llm_eagle import LlamaEagleHead
-from lessonlib.models.llm_heads import LlamaEagle3Head
+from lessonlib.models.llm_heads import LlamaEagle3Head, ids_from_d2t
 from lessonlib.models.llm_medusa import LlamaMedusaHeads
 
 NAME = "smollm2-eagle3"
 # training kind -> checkpoint name: the real LLM's kinds of core.kinds ("eagle3", "medusa"), and EAGLE, the
 # control, which is no kind of the course (kept in the cache folder only)
 NAMES = {**{k.name.removeprefix("smollm2-"): k.checkpoint for k in kinds.LLM_KINDS}, "eagle": "smollm2-eagle"}
+LlmHead = LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads  # a head of the real LLM, any kind
 REBUILD = "python -m lessonlib.models.llm_features && python -m lessonlib.models.train_llm_heads eagle3"
 
 
@@ -29,7 +30,7 @@ def paths(name: str = NAME, directory: pathlib.Path = CHECKPOINTS) -> tuple[path
     return directory / f"{name}.safetensors", directory / f"{name}.json"
 
 
-def save_head(head: LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads, meta: dict[str, Any], name: str = NAME,
+def save_head(head: LlmHead, meta: dict[str, Any], name: str = NAME,
               directory: pathlib.Path = CHECKPOINTS) -> None:
     """Weights (float16; ``d2t``/``t2d`` as they are) and metadata, renamed into place as one unit:
     the old metadata goes first, so a failure leaves the old pair or no metadata, never a mix."""
@@ -62,7 +63,7 @@ def check_target(meta: dict[str, Any], target: Llama, name: str) -> None:
 
 
 def load_llm_head(target: Llama, name: str = NAME,
-                  directory: pathlib.Path = CHECKPOINTS) -> LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads:
+                  directory: pathlib.Path = CHECKPOINTS) -> LlmHead:
     """The shipped EAGLE-3 head (the Medusa heads, ``name`` "smollm2-medusa"; a saved EAGLE control,
     kind "eagle") beside ``target``
     (``llama.load_smollm2``), float32, eval mode, on the target's device; ValueError when it was
@@ -74,14 +75,12 @@ def load_llm_head(target: Llama, name: str = NAME,
         raise ValueError(f"head {name!r} must be of a kind in {tuple(NAMES)}, got {meta.get('kind')!r}")
     check_target(meta, target, name)
     state = load_file(str(paths(name, directory)[0]))
-    head: LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads
+    head: LlmHead
     if meta["kind"] == "eagle":
         head = LlamaEagleHead(target.config, target_name=name)
     elif meta["kind"] == "medusa":
-        ids = (torch.arange(len(state["d2t"])) + state["d2t"].long()).numpy()
-        head = LlamaMedusaHeads(target.config, ids, int(meta["n_heads"]), target_name=name)
+        head = LlamaMedusaHeads(target.config, ids_from_d2t(state["d2t"]), int(meta["n_heads"]), target_name=name)
     else:
-        d2t = state["d2t"].long()
-        head = LlamaEagle3Head(target.config, (torch.arange(len(d2t)) + d2t).numpy(), target_name=name)
+        head = LlamaEagle3Head(target.config, ids_from_d2t(state["d2t"]), target_name=name)
     head.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
     return head.to(target.device).eval()

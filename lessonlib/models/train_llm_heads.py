@@ -44,18 +44,19 @@ from lessonlib.models.llm_heads import (
     TTT_STEPS,
     LlamaEagle3Head,
     draft_vocabulary,
+    ids_from_d2t,
     losses,
     weighted,
 )
 from lessonlib.models.llm_medusa import N_HEADS, LlamaMedusaHeads, medusa_losses
-from lessonlib.models.llm_store import NAMES, save_head
+from lessonlib.models.llm_store import NAMES, LlmHead, save_head
 from lessonlib.models.provenance import where
 
 EVAL_DEPTHS = 3
 WARMUP = 30
 
 
-Head = LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads
+Head = LlmHead
 
 
 def _batch(store: FeatureStore, rows: np.ndarray, fused: bool = True) -> tuple[torch.Tensor, ...]:
@@ -115,7 +116,7 @@ def _new_head(kind: str, target: Llama, store: FeatureStore, saved: dict | None,
     if kind == "eagle":
         head: Head = LlamaEagleHead(target.config)
     else:
-        ids = (torch.arange(len(saved["head"]["d2t"])) + saved["head"]["d2t"]).numpy() if saved is not None else \
+        ids = ids_from_d2t(saved["head"]["d2t"]) if saved is not None else \
             draft_vocabulary(store.top1[store.heldout : store.done], draft_vocab, target.config.vocab_size)
         head = LlamaMedusaHeads(target.config, ids, N_HEADS) if kind == "medusa" else \
             LlamaEagle3Head(target.config, ids)
