@@ -15,14 +15,16 @@ measures, the runs taking turns:
   (it does not); every greedy output must equal plain decoding's (checked in the run);
 * at T = 1 on both sets, against plain sampling: the head's chain of two drafts drawn from its q
   (the exact chain rule) and the same chain of its deterministic top-1 candidates (the sibling
-  rule), the temperature story of notebook 05 on the real LLM.
+  rule); its 2-1 tree deterministic and drawn from q with and without replacement
+  (``sampled_methods``), the temperature story of notebook 05 on the real LLM.
 
 Where Hugging Face transformers is installed (``requirements-peers.txt``; optional), the same
 weights as a ``LlamaForCausalLM`` (``bench.peer_hf.llama_to_hf``: the readable model's float32
 weights, logits equal) decode the edit prompts with ``generate``, plain and with its prompt
 lookup, beside lessonlib's fastest plain decoding, every call timed end to end (prefill included).
 
-Writes outputs/benchmarks/llm.{json,md}. Vocabulary: ``lessonlib.decoding.measures``.
+Writes outputs/benchmarks/llm.{json,md} and refreshes the table of record (``bench.record``).
+Vocabulary: ``lessonlib.decoding.measures``.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import time
 import numpy as np
 
 from lessonlib import cli, threads
-from lessonlib.bench import common, llm_engines
+from lessonlib.bench import common, llm_engines, record
 from lessonlib.core import kinds as core_kinds
 from lessonlib.decoding import measures
 from lessonlib.decoding.decode import generate
@@ -99,18 +101,25 @@ SAMPLED_T = 1.0  # the temperature of the sampled rows: deterministic candidates
 
 
 def sampled_methods(new_tokens: int, head, stop: int | None = None) -> dict:
-    """name -> run(target, prompt, i) at T = ``SAMPLED_T``: the EAGLE-3 head's chain of two drafts, drawn
-    from its q (judged by the exact chain rule) or its deterministic top-1 candidates (judged by the
-    sibling rule, which accepts a candidate with p alone) -- the same shape, so the two differ only in
-    how the candidates were chosen; each with its own seeded generator (``i``: the prompt)."""
+    """name -> run(target, prompt, i) at T = ``SAMPLED_T``, the EAGLE-3 head's candidates chosen two ways
+    in the same shapes, so each pair differs only in how they were chosen: its chain of two drafts
+    drawn from q (the exact chain rule) or its deterministic top-1 candidates (the sibling rule, which
+    accepts a candidate with p alone); its tree of the kind's sweep (2-1) deterministic, or drawn from
+    q with and without replacement (``core.tree_sampled``: SpecInfer's recursive rule and its
+    without-replacement twin, both exact); each with its own seeded generator (``i``: the prompt)."""
     from lessonlib.core import tree
     from lessonlib.core.tree_sampled import SampledRule
     from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
 
     k = core_kinds.kind(EAGLE3)
-    rules = {f"{k.chain} K=2 · sampled (T = {SAMPLED_T:g})": SampledRule((1, 1)),
-             f"{k.chain} K=2 · deterministic (T = {SAMPLED_T:g})":
-                 functools.partial(tree.draft_topk, branching=(1, 1))}
+    shape = tuple(k.sweep.trees[0])
+    at = f"(T = {SAMPLED_T:g})"
+    rules = {f"{k.chain} K=2 · sampled {at}": SampledRule((1, 1)),
+             f"{k.chain} K=2 · deterministic {at}": functools.partial(tree.draft_topk, branching=(1, 1)),
+             f"{k.tree} {'-'.join(map(str, shape))} · deterministic {at}":
+                 functools.partial(tree.draft_topk, branching=shape)}
+    rules.update({f"{k.tree} {'-'.join(map(str, shape))} · {rule.name} {at}": rule
+                  for rule in (SampledRule(shape, replacement=True), SampledRule(shape, replacement=False))})
     return {name: (lambda m, p, i, rule=rule: tree_generate(m, LlamaHeadDrafter(head, m), p, new_tokens, rule=rule,
                                                             temperature=SAMPLED_T, rng=np.random.default_rng(i),
                                                             stop=stop))
@@ -141,34 +150,76 @@ def method_rows(target, sets: dict, new_tokens: int, repeats: int, stop: int | N
     return out
 
 
-PEER_LOOKUP = 3  # transformers' prompt_lookup_num_tokens: the k of lessonlib's best lookup row on edit prompts
+PEER_LOOKUP = 3  # transformers' prompt_lookup_num_tokens, llama.cpp's num_pred_tokens: lessonlib's best lookup k
+FAMILY_PLAIN = {"lessonlib": "lessonlib plain", "HF": "HF plain generate", "llama.cpp": "llama.cpp plain (f16)"}
 
 
-def peer_rows(target, readable, prompt_list, new_tokens: int, repeats: int) -> dict | None:
-    """{method: tokens/s, the ratio to lessonlib's plain decoding on ``target`` and to transformers'
-    plain, whether the tokens equal lessonlib's}: transformers on the same weights, the three taking
-    turns on each prompt, each call timed end to end; None where transformers is not installed."""
-    if importlib.util.find_spec("transformers") is None:
+def peer_runs(target, readable, prompt_list, new_tokens: int, n_threads: int) -> dict:
+    """name -> run(i) -> (tokens, {"seconds_per_token"}), each call timed end to end (prefill
+    included): lessonlib's plain decoding and prompt lookup on ``target``, and each installed peer
+    on the same weights -- transformers (``bench.peer_hf``: the readable model's float32 weights)
+    plain and with its prompt lookup; llama.cpp (``bench.peer_llama``) on the float16 GGUF of the
+    same weights plain and with its prompt lookup, and plain on the Q4_1 file as shipped."""
+    from lessonlib.decoding.prompt_lookup import lookup_generate
+
+    def ours(fn):
+        def timed(i):
+            start = time.perf_counter()
+            out, _ = fn(prompt_list[i])
+            return out, {"seconds_per_token": (time.perf_counter() - start) / new_tokens}
+        return timed
+
+    runs = {"lessonlib plain": ours(lambda p: generate(target, p, new_tokens)),
+            f"lessonlib prompt lookup k={PEER_LOOKUP}": ours(lambda p: lookup_generate(target, p, new_tokens,
+                                                                                       k=PEER_LOOKUP))}
+    if importlib.util.find_spec("transformers") is not None:
+        from lessonlib.bench import peer_hf
+
+        hf = peer_hf.llama_to_hf(readable)
+        runs["HF plain generate"] = lambda i: peer_hf.hf_run(hf, prompt_list[i], new_tokens)
+        runs[f"HF prompt lookup (prompt_lookup_num_tokens = {PEER_LOOKUP})"] = lambda i: peer_hf.hf_run(
+            hf, prompt_list[i], new_tokens, prompt_lookup_num_tokens=PEER_LOOKUP)
+    if importlib.util.find_spec("llama_cpp") is not None:
+        from lessonlib.bench import peer_llama
+        from lessonlib.models import gguf_load
+
+        f16, q4 = peer_llama.smollm2_f16(), gguf_load.gguf_path()
+        engines = {"llama.cpp plain (f16)": peer_llama.engine(f16, n_threads, BLOCK),
+                   f"llama.cpp prompt lookup (num_pred_tokens = {PEER_LOOKUP}, f16)": peer_llama.engine(
+                       f16, n_threads, BLOCK, draft=peer_llama.lookup(PEER_LOOKUP)),
+                   "llama.cpp plain (Q4_1 as shipped)": peer_llama.engine(q4, n_threads, BLOCK)}
+        runs |= {name: (lambda i, llm=llm: peer_llama.run(llm, prompt_list[i], new_tokens))
+                 for name, llm in engines.items()}
+    return runs
+
+
+def peer_rows(target, readable, prompt_list, new_tokens: int, repeats: int, n_threads: int = 1) -> dict | None:
+    """{"rows": {method: tokens/s, the ratio to lessonlib's plain decoding and to its own family's
+    plain (``FAMILY_PLAIN``), whether the tokens equal lessonlib's plain}, "best_over_llama_cpp":
+    lessonlib's fastest row over llama.cpp's fastest float16 row, per prompt (None without
+    llama.cpp)}: every row of ``peer_runs`` taking turns on each prompt; None where no peer is
+    installed."""
+    runs = peer_runs(target, readable, prompt_list, new_tokens, n_threads)
+    if len(runs) == 2:
         return None
-    from lessonlib.bench import peer_hf
-
-    hf = peer_hf.llama_to_hf(readable)
-
-    def ours(i):
-        start = time.perf_counter()
-        out, _ = generate(target, prompt_list[i], new_tokens)
-        return out, {"seconds_per_token": (time.perf_counter() - start) / new_tokens}
-
-    runs = {"lessonlib plain": ours, "HF plain generate": lambda i: peer_hf.hf_run(hf, prompt_list[i], new_tokens),
-            f"HF prompt lookup (prompt_lookup_num_tokens = {PEER_LOOKUP})": lambda i: peer_hf.hf_run(
-                hf, prompt_list[i], new_tokens, prompt_lookup_num_tokens=PEER_LOOKUP)}
     best = interleaved(runs, len(prompt_list), repeats, seconds=lambda row: row["seconds_per_token"])
     spt = {name: [row["seconds_per_token"] for _, row in results] for name, results in best.items()}
-    return {name: {"tokens_per_second": measures.summary([1 / s for s in spt[name]]),
-                   "over_lessonlib_plain": measures.summary([b / s for b, s in zip(spt["lessonlib plain"], spt[name])]),
-                   "over_hf_plain": measures.summary([h / s for h, s in zip(spt["HF plain generate"], spt[name])]),
+
+    def over(a, b):
+        return measures.summary([x / y for x, y in zip(spt[a], spt[b])])
+
+    rows = {name: {"tokens_per_second": measures.summary([1 / s for s in spt[name]]),
+                   "over_lessonlib_plain": over("lessonlib plain", name),
+                   "over_own_plain": over(FAMILY_PLAIN[name.split()[0]], name),
                    "tokens_equal_lessonlib": all(a == b for (a, _), (b, _) in zip(best[name], best["lessonlib plain"]))}
             for name in runs}
+    fastest = {family: max((n for n in runs if n.startswith(family + " ") and ("f16" in n or family != "llama.cpp")),
+                           key=lambda n: rows[n]["tokens_per_second"]["median"], default=None)
+               for family in ("lessonlib", "llama.cpp")}
+    duel = None if fastest["llama.cpp"] is None else {
+        "lessonlib": fastest["lessonlib"], "llama.cpp": fastest["llama.cpp"],
+        "ratio": over(fastest["llama.cpp"], fastest["lessonlib"])}
+    return {"rows": rows, "best_over_llama_cpp": duel}
 
 
 def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> dict:
@@ -185,7 +236,7 @@ def run(n_prompts: int, new_tokens: int, repeats: int, thread_counts=(1, 2)) -> 
             report["by_threads"][str(n)] = {"plain": plain, "baseline_engine": fastest,
                                            "methods": method_rows(targets[fastest], sets, new_tokens, repeats, stop),
                                            "peers": peer_rows(targets[fastest], targets["readable f32"], sets["edit"],
-                                                              new_tokens, repeats)}
+                                                              new_tokens, repeats, n)}
     report["load_average_after"] = os.getloadavg()  # (1, 5, 15 min): how busy the machine was
     return report
 
@@ -224,17 +275,28 @@ def markdown(report: dict) -> str:
                   "unit; both timed in the decoding loop."]
         peers = at.get("peers")
         if peers:
-            lines += ["", f"Hugging Face transformers on the same weights (float32, `generate`), edit prompts, each "
-                      f"call timed end to end (prefill included), taking turns with lessonlib's plain decoding on "
-                      f"`{at['baseline_engine']}`:", "",
-                      common.markdown_table(["method", "tokens/s", "speed vs lessonlib plain", "speed vs HF plain",
-                                             "tokens = lessonlib's"],
-                                            [[name, measures.fmt_spread(row["tokens_per_second"], 1, count=False),
-                                              measures.fmt_spread(row["over_lessonlib_plain"], 2, "×", count=False),
-                                              measures.fmt_spread(row["over_hf_plain"], 2, "×", count=False),
-                                              "yes" if row["tokens_equal_lessonlib"] else "no"]
-                                             for name, row in peers.items()])]
+            lines += peer_markdown(peers, at["baseline_engine"])
     return "\n".join(lines) + "\n"
+
+
+def peer_markdown(peers: dict, engine: str) -> list[str]:
+    """The peers' table (``peer_rows``) and, where llama.cpp ran, lessonlib's fastest row over its."""
+    rows = [[name, measures.fmt_spread(row["tokens_per_second"], 1, count=False),
+             measures.fmt_spread(row["over_lessonlib_plain"], 2, "×", count=False),
+             measures.fmt_spread(row["over_own_plain"], 2, "×", count=False),
+             "yes" if row["tokens_equal_lessonlib"] else "no"] for name, row in peers["rows"].items()]
+    lines = ["", f"Peers on the same weights, edit prompts, each call timed end to end (prefill included), taking "
+             f"turns with lessonlib's plain decoding on `{engine}`: Hugging Face transformers (float32, `generate`) "
+             "and llama.cpp (llama-cpp-python; float16 weights dequantised from the same Q4_1 file, and the Q4_1 "
+             "file itself), where installed (`requirements-peers.txt`):", "",
+             common.markdown_table(["method", "tokens/s", "speed vs lessonlib plain", "speed vs its own plain",
+                                    "tokens = lessonlib's"], rows)]
+    duel = peers.get("best_over_llama_cpp")
+    if duel:
+        lines += ["", f"lessonlib's fastest row ({duel['lessonlib']}) over llama.cpp's fastest at the same "
+                  f"precision ({duel['llama.cpp']}): {measures.fmt_spread(duel['ratio'], 2, '×', count=False)} "
+                  "(per prompt, the two taking turns)."]
+    return lines
 
 
 def main(argv=None) -> int:
@@ -246,7 +308,7 @@ def main(argv=None) -> int:
     args = common.parse(parser, argv)
     gguf_load.gguf_path()  # a missing model: one line naming the install command, before any work
     report = run(args.prompts, args.new_tokens, args.repeats, tuple(args.threads))
-    common.write_report("llm", report, markdown(report))
+    record.write_with("llm", report, markdown(report))  # the report, its Markdown and the record at once
     print(markdown(report))
     return 0
 

@@ -14,6 +14,8 @@ only the tokens after the longest common prefix).
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import pathlib
 import time
 from collections.abc import Sequence
@@ -131,3 +133,33 @@ def logits(llm, tokens: Sequence[int]) -> np.ndarray:
     llm.reset()
     llm.eval(list(tokens))
     return np.array(llm.scores[: len(tokens)], dtype=np.float64)
+
+
+def smollm2_f16() -> pathlib.Path:
+    """The real LLM's GGUF with every quantized tensor dequantized to float16 -- the weights the
+    native f16 engine reads (Q4_1 -> float32 -> float16, rounded to nearest, as ``models.gguf_load``
+    and ``engines.llama`` do) -- written by llama.cpp's own ``llama_model_quantize`` into the
+    course's cache folder once, atomically, keyed by the shipped file's sha256 and checked against
+    the sha256 recorded beside it when read (a truncated or stale file is rebuilt)."""
+    from lessonlib.jsonio import write_atomic
+    from lessonlib.models import gguf_load
+
+    lib, source = llama_cpp(), gguf_load.gguf_path()
+    key = gguf_load.file_sha256(source)[:16]
+    folder = gguf_load.cache_dir()
+    path, sidecar = folder / f"smollm2-f16-{key}.gguf", folder / f"smollm2-f16-{key}.sha256"
+    if path.is_file() and sidecar.is_file() and sidecar.read_text().strip() == gguf_load.file_sha256(path):
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".partial-{os.getpid()}")
+    params = lib.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = lib.LLAMA_FTYPE_MOSTLY_F16, True  # Q4_1 -> float32 -> float16
+    params.nthread = 1
+    try:
+        if lib.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params)) != 0:
+            raise RuntimeError(f"llama.cpp could not convert {source} to float16")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    write_atomic(sidecar, gguf_load.file_sha256(path) + "\n")
+    return path

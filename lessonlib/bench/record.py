@@ -4,10 +4,11 @@ One row per method and setting -- plain decoding and chain drafts at every K fro
 benchmark (``decode.json``), every row of the tree benchmark's methods table (``tree.json``), each
 draft kind's best chain and tree at T = 0 and 1 (``kinds.json``, also appended as its table), plain
 decoding and the best chain at each batch size B (``batch.json``: B sequences at once), and each
-engine's plain and speculative rows on the same weights (``peers.json``: lessonlib, transformers,
-llama.cpp; a peer row's speedup is against that engine's own plain decoding) --
-with tau, alpha measured while decoding, c, r, the speedup and tokens per second, each the median over prompts with
-its inter-quartile range, the number of prompts, the thread count and the machine. Every
+engine's plain and speculative rows on the same weights (``peers.json``; a peer row's speedup is
+against that engine's own plain decoding), and the real LLM's methods (``llm.json``) -- each row
+naming its target (``COURSE_GPT``, ``SMOLLM2``) and engine, with tau, alpha measured while decoding, c,
+r, the speedup and tokens/s, each the median over prompts with its inter-quartile range, the number
+of prompts, the thread count and the machine. Every
 number comes from ``lessonlib.decoding.measures`` through ``bench.common.against_plain``.
 The decode and tree benchmarks refresh the record when they finish; ``record`` alone
 rebuilds it from their JSON files (run ``decode`` and ``tree`` first for a fresh record).
@@ -27,21 +28,22 @@ from lessonlib import cli, paths, runs
 from lessonlib.bench import common, current
 from lessonlib.jsonio import read_json, write_together
 
-# draft_cost_per_round: drafting one round / one one-token target step -- K c for a chain, the
-# whole tree's (or lookup's) drafting for the tree benchmark's rows, whose drafts have no single c
+# draft_cost_per_round: a round's drafting / one-token target step (K c for a chain; a tree's or lookup's: no single c)
 QUANTITIES = ("tau", "alpha", "c", "draft_cost_per_round", "r", "speedup", "tokens_per_second")
-SOURCES = ("decode", "tree", "kinds", "sampled", "batch", "peers")
+SOURCES = ("decode", "tree", "kinds", "sampled", "batch", "peers", "llm")
+COURSE_GPT, SMOLLM2 = "course GPT", "SmolLM2-135M"  # the targets: models.gpt's 24 x 160 GPT; the real LLM (bench.llm)
 
 
 def _row(source, report, row, setting) -> dict:
     spread = dict(row.get("spread", {}))
     if "draft_cost_per_round" not in spread and "c" in spread and row.get("k"):  # a chain drafts K steps of c
         spread["draft_cost_per_round"] = {q: row["k"] * v if q != "n" else v for q, v in spread["c"].items()}
-    return {"source": source, "method": row["method"], "family": row.get("family", f"chain {row.get('draft')}"),
+    return {"source": source, "target": row.get("target", COURSE_GPT), "method": row["method"],
+            "family": row.get("family", f"chain {row.get('draft')}"),
             "k": row.get("k"), **setting, "threads": row.get("threads", setting.get("threads")),
             **{key: spread.get(key) for key in QUANTITIES}, "prompts": row.get("prompts", setting.get("prompts")),
             "machine": report.get("machine", {}), "run": runs.of(report),
-            "path": _path(report)}
+            "path": row.get("path") or _path(report)}
 
 
 def _path(report) -> str:
@@ -137,8 +139,20 @@ def _peers_rows(report) -> list[dict]:  # lessonlib, transformers and llama.cpp 
             for r in _rows(report)]
 
 
+def _llm_rows(report) -> list[dict]:  # the real LLM's methods on its fastest engine per thread count (bench.llm)
+    out, setting = [], {"new_tokens": report.get("new_tokens"), "repeats": report.get("repeats")}
+    for n, at in report["by_threads"].items():
+        for prompts, by_method in at["methods"].items():
+            corpus, _, hot = prompts.partition(" · T = ")  # "<set> · T = 1": that prompt set at T = 1
+            out += [_row("llm", report, {"method": name, "family": name, "spread": r["spread"], "threads": int(n),
+                                         "prompts": r.get("prompts"), "target": SMOLLM2, "path": at["baseline_engine"]},
+                         setting | {"corpus": corpus, "temperature": float(hot or 0.0)})
+                    for name, r in by_method.items() if name != "plain" and r.get("spread")]
+    return out
+
+
 ROWS = {"decode": _decode_rows, "tree": _tree_rows, "kinds": _kinds_rows, "sampled": _sampled_rows,
-        "batch": _batch_rows, "peers": _peers_rows}  # in SOURCES' order: the record's row order
+        "batch": _batch_rows, "peers": _peers_rows, "llm": _llm_rows}  # in SOURCES' order: the record's row order
 
 
 def shown(rows) -> list[dict]:
@@ -162,16 +176,16 @@ def cell(row, key, digits=2, unit="") -> str:
 def provenance_lines(rows, folder: pathlib.Path | None = None) -> list[str]:
     """The record's last lines: which run each source came from, and the run-to-run agreement
     of the decode benchmark when ``agreement.json`` exists (``bench.agreement``)."""
-    ids = {}
-    for r in rows:
-        ids.setdefault(r["source"], r.get("run") or "not recorded")
+    ids: dict = {}
     paths_of: dict = {}
     for r in rows:
+        ids.setdefault(r["source"], r.get("run") or "not recorded")
         paths_of.setdefault(r["source"], r.get("path", "not recorded"))
     lines = ["Runs: " + "; ".join(f"{source} {run}" for source, run in ids.items())
              + (" (one run)" if len(set(ids.values())) == 1 else " (separate runs: compare rows of one source)")]
-    lines.append("Decode path (fast = engines.fast, native = engines.native, batched = engines.batched, "
-                 "readable = models.gpt): " + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
+    lines.append("Decode path (fast = engines.fast, native = engines.native, batched = engines.batched, readable = "
+                 "models.gpt; native f16 = engines.llama's native forward of the real LLM): "
+                 + "; ".join(f"{source} {path}" for source, path in paths_of.items()))
     report = read("agreement", folder)
     if report:
         line = agreement_line(report)
@@ -195,10 +209,10 @@ def agreement_line(result: dict) -> str:
 
 
 def markdown(rows, folder: pathlib.Path | None = None) -> str:
-    header = ["method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "draft cost / round", "r",
-              "speedup", "tokens/s", "prompts"]
+    header = ["target", "method", "source", "corpus", "T", "threads", "τ", "α (decoding)", "c", "draft cost / round",
+              "r", "speedup", "tokens/s", "prompts"]
     digits = {"alpha": 3, "c": 3, "draft_cost_per_round": 3, "tokens_per_second": 0}
-    table = [[r["method"], r["source"], r["corpus"], f"{r['temperature']:g}", r["threads"],
+    table = [[r.get("target", COURSE_GPT), r["method"], r["source"], r["corpus"], f"{r['temperature']:g}", r["threads"],
               *(cell(r, k, digits.get(k, 2), "×" if k == "speedup" else "") for k in QUANTITIES), r["prompts"]]
              for r in shown(rows)]
     machines = {json.dumps({k: r["machine"].get(k) for k in ("platform", "processor", "torch")}) for r in rows}
@@ -210,7 +224,9 @@ def markdown(rows, folder: pathlib.Path | None = None) -> str:
              "prompt, plain and method runs interleaved (lessonlib.decoding.measures). Chain rows show each draft at "
              "its best K; record.json holds every K. A method two benchmarks measured appears once per source: they "
              "are separate runs, which on this machine can differ by more than their IQRs, so quote a row with its "
-             "source.", "", common.markdown_table(header, table), "",
+             "source. Target: the course GPT (24 × 160, 7.75 M parameters, `models.gpt`) or SmolLM2-135M-Instruct "
+             "(the real LLM, `bench llm`; corpus = its prompt set, speedups over its fastest plain engine).", "",
+             common.markdown_table(header, table), "",
              "Machine: " + "; ".join(sorted(machines)), "", *provenance_lines(rows, folder)]
     return "\n".join(lines) + "\n"
 

@@ -110,7 +110,8 @@ REPORT_ORDER = ("draft", "medusa", "eagle", "eagle3", "mtp")
 LLM_KINDS: tuple[DraftKind, ...] = (
     DraftKind("smollm2-eagle3", "EAGLE-3", "EAGLE-3 (SmolLM2)", "smollm2-eagle3", "llm-head", "LlamaHeadDrafter",
               "1 decoder layer on SmolLM2's fused low, middle and top features, an 8,192-token draft "
-              "vocabulary, training-time test of 7 steps, after the target", ("smollm2-eagle3",),
+              "vocabulary, training-time test unrolled 3 steps (the reference: 7), "
+              "after the target", ("smollm2-eagle3",),
               chain="EAGLE-3 chain", tree="EAGLE-3 tree", tree_family="EAGLE-3 tree",
               sweep=Sweep((1, 2, 3), ((2, 1),)), target="smollm2"),
     DraftKind("smollm2-medusa", "Medusa", "Medusa (SmolLM2)", "smollm2-medusa", "llm-head", "MedusaDrafter",

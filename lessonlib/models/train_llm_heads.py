@@ -275,7 +275,8 @@ def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Ll
         "name": NAMES[kind], "kind": kind, "n_embd": head.config.n_embd, **shape,
         "target": {k: v for k, v in target.source.items() if k in ("name", "gguf_sha256", "gguf_bytes")},
         "target_config": dict(vars(target.config)),
-        "ttt_steps": state["runs"][-1]["ttt_steps"], "params": sum(p.numel() for p in head.parameters()),
+        **({} if kind == "medusa" else {"ttt_steps": state["runs"][-1]["ttt_steps"]}),  # Medusa's heads never unroll
+        "params": sum(p.numel() for p in head.parameters()),
         "data": {"folder": store.path.name, "meta": {k: store.meta[k] for k in ("window", "mix", "corpora", "seed")},
                  "windows_extracted": store.done, "heldout_windows": store.heldout,
                  **({"self_distilled": {"folder": f"{own.path.parent.name}/{own.path.name}",

@@ -837,3 +837,18 @@ MUTANTS += [  # a 0-d answer shown as one number
     ("bench", FRAMEWORK, "        if arr is not None and arr.dtype.kind in \"biuf\" and arr.ndim == 0:",
      "        if False:", "a 0-d answer prints as numpy's '2.' (the dot a Persian line moves)"),
 ]
+RECORD_PY = "lessonlib/bench/record.py"
+TESTS.setdefault(RECORD_PY, ["tests/bench/test_record.py"])
+MUTANTS += [  # the real LLM's sampled trees, its peers (llama.cpp at the same precision) and its rows of record
+    ("bench", LLM_BENCH, "for rule in (SampledRule(shape, replacement=True), SampledRule(shape, replacement=False))",
+     "for rule in (SampledRule(shape, replacement=True), SampledRule(shape, replacement=True))",
+     "the tree 'without replacement' row draws with replacement"),
+    ("bench", LLM_BENCH, "and (\"f16\" in n or family != \"llama.cpp\")),", "),",
+     "lessonlib's best is compared with llama.cpp's Q4_1 row, another precision"),
+    ("bench", LLM_BENCH, "\"over_own_plain\": over(FAMILY_PLAIN[name.split()[0]], name),",
+     "\"over_own_plain\": over(\"lessonlib plain\", name),", "a peer's speedup is taken over lessonlib's plain"),
+    ("bench", RECORD_PY, "setting | {\"corpus\": corpus, \"temperature\": float(hot or 0.0)})",
+     "setting | {\"corpus\": corpus, \"temperature\": 0.0})", "the real LLM's T = 1 rows enter the record as greedy"),
+    ("bench", RECORD_PY, "\"target\": SMOLLM2, \"path\": at[\"baseline_engine\"]},",
+     "\"path\": at[\"baseline_engine\"]},", "the real LLM's rows are recorded as the course GPT's"),
+]

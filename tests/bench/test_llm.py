@@ -1,8 +1,12 @@
 """The real LLM's benchmark (``bench.llm``) without running the model: its methods are the registry's
 and the draft-free ones, a report renders every row it holds (the EAGLE-3 rows' draft cost and r,
-the transformers peer table when present, nothing of it when absent), and ``peer_rows`` says None
-where transformers is not installed."""
+the peer table when present, nothing of it when absent), ``peer_rows`` compares each row with its own
+plain and lessonlib's fastest with llama.cpp's fastest float16 row, and says None where no peer is
+installed; the T = 1 rows pair each drawn shape with its deterministic twin."""
 import importlib.util
+
+import numpy as np
+import pytest
 
 from lessonlib.bench import llm
 from lessonlib.course import llm_demo
@@ -44,16 +48,45 @@ def test_the_methods_are_the_registrys_and_the_draft_free_ones():
 
 
 def test_a_report_renders_every_row_and_the_peer_table_only_when_measured():
-    peers = {"lessonlib plain": {"tokens_per_second": spread(52.0), "over_lessonlib_plain": spread(1.0),
-                                 "over_hf_plain": spread(5.9), "tokens_equal_lessonlib": True},
-             "HF plain generate": {"tokens_per_second": spread(8.8), "over_lessonlib_plain": spread(0.17),
-                                   "over_hf_plain": spread(1.0), "tokens_equal_lessonlib": False}}
+    peers = {"rows": {"lessonlib plain": {"tokens_per_second": spread(52.0), "over_lessonlib_plain": spread(1.0),
+                                          "over_own_plain": spread(1.0), "tokens_equal_lessonlib": True},
+                      "HF plain generate": {"tokens_per_second": spread(8.8), "over_lessonlib_plain": spread(0.17),
+                                            "over_own_plain": spread(1.0), "tokens_equal_lessonlib": False}},
+             "best_over_llama_cpp": {"lessonlib": "lessonlib prompt lookup k=3", "llama.cpp": "llama.cpp plain (f16)",
+                                     "ratio": spread(1.61, 1.4, 1.7)}}
     text = llm.markdown(report(peers))
     assert "| edit | EAGLE-3 chain K=2 | 1.41 [1.41, 1.41] | 0.32 [0.32, 0.32] | 0.22 [0.21, 0.28] |" in text
     assert "0.97× [0.81, 1.10]" in text and "| chat | prompt lookup k=3 |" in text
     assert "| HF plain generate | 8.8 [8.8, 8.8] | 0.17× [0.17, 0.17] | 1.00× [1.00, 1.00] | no |" in text
+    assert "(lessonlib prompt lookup k=3) over llama.cpp's fastest at the same precision (llama.cpp plain (f16)): " \
+           "1.61× [1.40, 1.70]" in text
     bare = llm.markdown(report(None))
     assert "transformers" not in bare and "EAGLE-3 chain K=2" in bare
+
+
+def test_peer_rows_compare_each_row_with_its_own_plain_and_the_fastest_at_the_same_precision(monkeypatch):
+    """The duel is lessonlib's fastest row against llama.cpp's fastest *float16* row: the Q4_1 row,
+    faster still, reads a quarter of the bytes and is left out; ratios are per prompt."""
+    seconds = {"lessonlib plain": [0.02, 0.03, 0.02, 0.03, 0.02], "lessonlib prompt lookup k=3": [0.01] * 5,
+               "llama.cpp plain (f16)": [0.025, 0.03, 0.025, 0.03, 0.025],
+               "llama.cpp prompt lookup (num_pred_tokens = 3, f16)": [0.02, 0.06, 0.02, 0.06, 0.06],
+               "llama.cpp plain (Q4_1 as shipped)": [0.005] * 5}
+    runs = {name: (lambda i, s=s: ([1, 2, i], {"seconds_per_token": s[i]})) for name, s in seconds.items()}
+    monkeypatch.setattr(llm, "peer_runs", lambda *a: runs)
+    out = llm.peer_rows(None, None, [[i] for i in range(5)], 4, 1)
+    rows, duel = out["rows"], out["best_over_llama_cpp"]
+    assert rows["lessonlib prompt lookup k=3"]["over_lessonlib_plain"]["median"] == pytest.approx(2.0)
+    assert rows["llama.cpp prompt lookup (num_pred_tokens = 3, f16)"]["over_own_plain"]["median"] == \
+        pytest.approx(0.5)  # 1.25, 0.5, 1.25, 0.5, 5/12
+    assert rows["llama.cpp plain (Q4_1 as shipped)"]["over_own_plain"]["median"] == pytest.approx(5.0)
+    assert (duel["lessonlib"], duel["llama.cpp"]) == ("lessonlib prompt lookup k=3", "llama.cpp plain (f16)")
+    assert duel["ratio"]["median"] == pytest.approx(2.5)  # 2.5, 3, 2.5, 3, 2.5
+    assert all(row["tokens_equal_lessonlib"] for row in rows.values())
+    del runs["llama.cpp plain (f16)"], runs["llama.cpp prompt lookup (num_pred_tokens = 3, f16)"]
+    del runs["llama.cpp plain (Q4_1 as shipped)"]
+    runs["HF plain generate"] = lambda i: ([9], {"seconds_per_token": 0.1})  # other tokens
+    out = llm.peer_rows(None, None, [[i] for i in range(5)], 4, 1)
+    assert out["best_over_llama_cpp"] is None and not out["rows"]["HF plain generate"]["tokens_equal_lessonlib"]
 
 
 def test_the_notebooks_reader_finds_exactly_one_heads_rows():
@@ -69,8 +102,37 @@ def test_the_notebooks_reader_finds_exactly_one_heads_rows():
         "0.97× [0.81, 1.10]"
 
 
-def test_peer_rows_is_none_without_transformers(monkeypatch):
+def test_peer_rows_is_none_without_any_peer(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "transformers" else real(name, *a))
+                        lambda name, *a: None if name in ("transformers", "llama_cpp") else real(name, *a))
     assert llm.peer_rows(None, None, [[1, 2]], 4, 1) is None
+
+
+def test_the_t1_rows_pair_each_drawn_shape_with_its_deterministic_twin(monkeypatch):
+    """At T = 1 EAGLE-3's chain of two runs drawn from q and deterministic, its 2-1 tree
+    deterministic and drawn with and without replacement; every method of one prompt gets a
+    generator seeded by that prompt (the same draws), at SAMPLED_T."""
+    import functools
+
+    from lessonlib.core import tree
+    from lessonlib.core.tree_sampled import SampledRule
+    from lessonlib.decoding import llm_drafter
+
+    calls = {}
+    monkeypatch.setattr(llm_drafter, "LlamaHeadDrafter", lambda head, m: ("drafter", head))
+    monkeypatch.setattr(llm, "tree_generate", lambda m, drafter, p, n, rule, temperature, rng, stop:
+                        calls.setdefault(len(calls), (rule, temperature, rng.random(), n, stop)))
+    table = llm.sampled_methods(16, "head", stop=7)
+    assert list(table) == ["EAGLE-3 chain K=2 · sampled (T = 1)", "EAGLE-3 chain K=2 · deterministic (T = 1)",
+                           "EAGLE-3 tree 2-1 · deterministic (T = 1)", "EAGLE-3 tree 2-1 · with (T = 1)",
+                           "EAGLE-3 tree 2-1 · without (T = 1)"]
+    for fn in table.values():
+        fn("target", [1, 2], 3)
+    rules = [c[0] for c in calls.values()]
+    assert rules[0] == SampledRule((1, 1)) and rules[3] == SampledRule((2, 1), replacement=True)
+    assert rules[4] == SampledRule((2, 1), replacement=False)
+    for rule, shape in ((rules[1], (1, 1)), (rules[2], (2, 1))):
+        assert isinstance(rule, functools.partial) and rule.func is tree.draft_topk
+        assert rule.keywords == {"branching": shape}
+    assert {c[1:] for c in calls.values()} == {(llm.SAMPLED_T, np.random.default_rng(3).random(), 16, 7)}

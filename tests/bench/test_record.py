@@ -84,3 +84,22 @@ def test_record_takes_the_peer_engines_rows_with_their_own_plain_as_baseline(tmp
     assert got[0]["speedup"] is None and got[0]["tokens_per_second"]["median"] == 430.0
     assert got[1]["speedup"] == spread and got[1]["tau"]["median"] == 2.1 and got[1]["prompts"] == 5
     assert "llama.cpp f16 draft-kl K = 3 | peers" in record.markdown(got)
+
+
+def test_the_real_llms_rows_name_their_target_engine_prompt_set_and_temperature(tmp_path):
+    """bench llm's rows enter the record, each naming SmolLM2 and the engine its speedups are
+    over; a "<set> · T = 1" group is that prompt set at T = 1; the course GPT's rows keep theirs."""
+    from tests.bench.test_llm import report
+
+    rep = report(None)
+    rep["by_threads"]["1"]["methods"]["chat · T = 1"] = {"EAGLE-3 tree 2-1 · without (T = 1)": {
+        "spread": {"alpha": measures.summary([0.7] * 5), "speedup": measures.summary([1.1] * 5)}, "prompts": 5}}
+    rows = [r for r in record.collect(tmp_path, {"llm": rep}) if r["source"] == "llm"]
+    assert {r["target"] for r in rows} == {record.SMOLLM2} and {r["path"] for r in rows} == {"native f16"}
+    hot = [r for r in rows if r["temperature"] == 1.0]
+    assert [(r["method"], r["corpus"], r["threads"]) for r in hot] == [("EAGLE-3 tree 2-1 · without (T = 1)",
+                                                                       "chat", 1)]
+    assert len(rows) == 1 + 2 * 3 and all(r["method"] != "plain" for r in rows)
+    text = record.markdown(rows)
+    assert "| SmolLM2-135M | EAGLE-3 tree 2-1 · without (T = 1) | llm | chat | 1 | 1 |" in text
+    assert "llm native f16" in text

@@ -91,3 +91,23 @@ def test_the_tree_sweep_builds_the_reports_method_names():
     quick = tree.methods(quick=True)
     assert "chain draft-kl K=5" not in quick and "EAGLE-2 dynamic d7 k4 N24" not in quick
     assert not any(n.startswith("MTP") for n in tree.methods(kinds=("draft", "eagle")))
+
+
+def test_a_real_llm_kinds_description_says_what_its_shipped_head_was_trained_with():
+    """The numbers a kind of the real LLM states (draft vocabulary, unroll steps, heads) are its
+    shipped metadata's: a description written from the recipe ("7 steps") while the head was
+    trained with 3 is caught here."""
+    import json
+    import re
+
+    from lessonlib.models import llm_store
+
+    for k in kinds.LLM_KINDS:
+        meta = json.loads(llm_store.paths(k.checkpoint)[1].read_text())
+        said = {int(n.replace(",", "")) for n in re.findall(r"(?<![\w-])\d[\d,]*\b", k.description)}
+        stated = {meta["draft_vocab_size"]} | ({meta["ttt_steps"]} if "ttt_steps" in meta else set()) | \
+            ({meta["n_heads"]} if "n_heads" in meta else set())
+        assert stated <= said, (k.name, stated - said)
+        assert said <= stated | {1, 7}, (k.name, said - stated)  # 1 decoder layer; 7: the reference's unroll
+        if "ttt_steps" in meta:
+            assert f"unrolled {meta['ttt_steps']} steps" in k.description

@@ -50,6 +50,26 @@ def test_sampled_rules_are_exact_by_enumeration(shape, replacement):
         assert _target_gap(law, p_of, len(shape)) < 1e-12
 
 
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("shape", [(2, 1), (3,), (2, 2)])
+def test_exact_with_a_draft_vocabulary(shape, replacement):
+    """A head with a draft vocabulary (EAGLE-3's d2t, the real LLM's heads) gives q = 0 outside it,
+    while the target may put mass anywhere: the residual must carry that mass, and drawing three
+    children without replacement from a support of three empties it."""
+    for seed in range(3):
+        p_of, q_full = _tables(seed)
+        vocab = np.array([True, True, True, False])  # the last token is never drafted
+
+        def q_of(path):
+            q = np.where(vocab, q_full(path), 0.0)
+            return q / q.sum()
+
+        law = ts.sampled_tree_law(p_of, q_of, shape, replacement)
+        assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+        assert _target_gap(law, p_of, len(shape)) < 1e-12
+        assert any(3 in tokens for tokens in law)  # the undrafted token still comes out, through the residual
+
+
 @pytest.mark.parametrize("shape", [(2,), (3, 2), (4,)])
 def test_exact_under_truncation_when_draft_and_target_share_it(shape):
     """p and q both through top-k 2 (zeros in q and p, a residual that can be empty)."""

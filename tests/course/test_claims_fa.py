@@ -248,8 +248,8 @@ SAID_NOT_ROUND_TRIP = {
     "measured)",
     "the separate draft's chain at T = 1 ({h:.2f}) against its T = 0 speedup ({c:.2f}): {word} (overlapping "
     "intervals: no difference measured)",
-    "on the real LLM at T = 1 ({kind} prompts) α of the chain drawn from q ({drawn}) against the same chain of "
-    "deterministic candidates ({fixed}): {word} (overlapping intervals: no difference measured)",
+    "on the real LLM at T = 1 ({kind} prompts) α of the {shape} drawn from q ({drawn}) against its deterministic "
+    "candidates ({fixed}): {word} (overlapping intervals: no difference measured)",
     "{kind} prompts: Medusa's fastest setting ({m}) against EAGLE-3's ({e}): {word} (overlapping intervals: no "
     "difference measured)",
     "a round's drafting, chat prompts, in one-token target steps: Medusa's one call {m:.3f} against EAGLE-3's two "
