@@ -61,10 +61,15 @@ class Drafter(Protocol):
                 clock: Timer = untimed) -> Proposal: ...
 
 
-def log_probs(logits: torch.Tensor) -> np.ndarray:
-    """log softmax of draft logits ((..., V) torch) as float64 numpy ((..., V): the rows ``expand``
-    returns); non-finite logits are refused (``core.validate.check_finite_logits``)."""
-    return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
+def log_probs(logits: torch.Tensor, support: np.ndarray | None = None) -> np.ndarray:
+    """log softmax of draft logits ((..., V) torch) as float64 numpy (the rows ``expand`` returns);
+    non-finite logits are refused (``core.validate.check_finite_logits``). ``support``: the ids outside
+    which every logit is -inf (a head's draft vocabulary, its ``support``): the softmax skips the rest."""
+    if support is None:
+        return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
+    out = np.full(logits.shape, -np.inf)
+    out[..., support] = check_finite_logits(F.log_softmax(logits[..., support].double(), -1).numpy(), "the draft's")
+    return out
 
 
 def draws_from_q(rule: Rule | None, sampling: Sampling | None) -> bool:
@@ -301,7 +306,7 @@ class EagleDrafter(TreeDrafter):
         g, logits = self.head.step(self.target, np.asarray(seq[len(seq) - len(features) :]), features, self.cache,
                                    last=True)
         self.g = g[-1:]  # row 0: the root's g; row 1 + i: fed[i]'s, like self.logq
-        self._start_round(log_probs(logits[0]))
+        self._start_round(log_probs(logits[0], getattr(self.head, "support", None)))
 
     def _forget_tree(self) -> None:
         super()._forget_tree()
@@ -316,7 +321,7 @@ class EagleDrafter(TreeDrafter):
         feats = self.g[torch.from_numpy(self._rows(len(parents))[parents[new]])]  # each parent was fed before
         g, logits = self.head.step(self.target, tokens[new], feats, self.cache, mask)
         self.g = torch.cat([self.g, g])
-        return log_probs(logits)
+        return log_probs(logits, getattr(self.head, "support", None))
 
 
 class MedusaDrafter(RuleDrafter):
@@ -333,7 +338,7 @@ class MedusaDrafter(RuleDrafter):
 
     def _commit(self, seq: list[int], features: torch.Tensor | None) -> None:
         assert features is not None  # needs_features: the round always passes them
-        self.rows = log_probs(self.heads(self.target, features[-1]))  # (K, V)
+        self.rows = log_probs(self.heads(self.target, features[-1]), getattr(self.heads, "support", None))
 
     def expand(self, parents: Ids, tokens: Ids, nodes: Ids) -> np.ndarray:
         """(len(nodes), V): for each node, the rows of the head that drafts its children."""

@@ -44,9 +44,9 @@ class LlamaHeadDrafter(EagleDrafter):
 
 def _frozen_on_engine(target: Llama, name: str) -> Any:
     """The stored head ``name`` (``models.llm_store.load_llm_head``; refuses a head of another
-    target), frozen, on the target's engine (``engines.llama.accelerate_head``: EAGLE-3's draft step
-    in ``native_llama.c`` beside a native target, else the readable step)."""
-    from lessonlib.engines.llama import accelerate_head
+    target), frozen, on the target's engine (``engines.llama_heads.accelerate_head``: EAGLE-3's
+    draft step and Medusa's heads in ``native_llama.c`` beside a native target, else readable)."""
+    from lessonlib.engines.llama_heads import accelerate_head
     from lessonlib.models.llm_store import load_llm_head
 
     return accelerate_head(load_llm_head(target, name).requires_grad_(False), target)  # never trained here
@@ -61,7 +61,7 @@ def load_eagle3_drafter(target: Llama, name: str | None = None) -> LlamaHeadDraf
 
 def load_head(target: Llama, kind: str) -> Any:
     """The shipped head of ``kind`` (a name of ``core.kinds.LLM_KINDS``) beside ``target``, frozen,
-    on the target's engine where it has a native step (EAGLE-3's)."""
+    on the target's engine (EAGLE-3's and Medusa's native steps beside a native target)."""
     from lessonlib.core import kinds
 
     k = kinds.kind(kind)

@@ -28,8 +28,7 @@ from lessonlib.core.validate import check_int
 from lessonlib.engines import build
 from lessonlib.engines.native import _threads, to_panels
 from lessonlib.models.gpt import KVCache, prefix_mask
-from lessonlib.models.llama import Llama, LlamaKVCache, load_smollm2, rope_tables
-from lessonlib.models.llm_heads import LlamaEagle3Head
+from lessonlib.models.llama import Llama, load_smollm2, rope_tables
 
 SOURCE = pathlib.Path(__file__).with_name("native_llama.c")
 MAX_T = 64  # native_llama.c's MAX_T: a longer call (a long prefill) runs the readable forward
@@ -45,7 +44,8 @@ def _setup(lib: ctypes.CDLL) -> str:
     lib.llama_forward.argtypes = [p, p, p, p, p, p, p, ctypes.c_float, p, p, i, p, i, p, p, p, p, i, p]
     lib.llama_forward.restype = lib.llama_simd.restype = lib.lessonlib_set_threads.restype = i
     lib.eagle3_forward.argtypes = [p, p, p, p, p, p, p, ctypes.c_float, p, p, i, p, i, p, p, p, i, p]
-    lib.eagle3_forward.restype = i
+    lib.eagle3_forward.restype = lib.medusa_forward.restype = i
+    lib.medusa_forward.argtypes = [p, p, p, p, ctypes.c_float, p, p, p]
     lib.lessonlib_set_threads.argtypes = [i]
     return {2: "AVX-512", 1: "AVX2/FMA/F16C"}.get(lib.llama_simd(), "portable C")
 
@@ -177,114 +177,6 @@ class NativeLlama(Llama):
             assert keep is not None
             return logits[None], keep[None]
         return (logits[None], x[None]) if return_hidden else logits[None]
-
-
-class PreparedEagle3:
-    """An EAGLE-3 head's weights as ``eagle3_forward`` (``native_llama.c``) reads them, at its
-    target's precision: fuse, q|k|v (over 2C), o, gate|up, down in panels, the four norms in
-    float32, the draft vocabulary's rows of the tied embedding as its LM head; token rows are read
-    from the target's own packed head (``Prepared.head``), not copied."""
-
-    def __init__(self, head: LlamaEagle3Head, target: Prepared):
-        c, layer = head.config, head.layer
-        dtype = torch.float16 if target.f16 else torch.float32
-        pack = lambda w: to_panels(w.detach().float().to(dtype))  # noqa: E731
-        self.target, self.C, self.N = target, c.n_embd, len(head.d2t)
-        self.ids, self.V = head.draft_ids.clone(), c.vocab_size  # draft id i -> target id ids[i]
-        self.mats = [pack(head.fuse.weight), pack(torch.cat([layer.q.weight, layer.k.weight, layer.v.weight])),
-                     pack(layer.o.weight), pack(torch.cat([layer.gate.weight, layer.up.weight])),
-                     pack(layer.down.weight)]
-        self.norms = [n.weight.detach().float().contiguous() for n in (layer.norm_emb, layer.norm_1, layer.norm_2,
-                                                                       head.norm)]
-        # the tied LM head over the draft vocabulary: rows of the weights the target's engine reads
-        self.draft = pack(head.draft_head(target.model).float())
-        cos, sin = rope_tables(torch.arange(c.block_size), c.head_dim, c.rope_theta, torch.float32)
-        self.cos, self.sin = cos[:, : c.head_dim // 2].contiguous(), sin[:, : c.head_dim // 2].contiguous()
-        self.n_pos, self.eps = c.block_size, c.norm_eps
-        self.fused = head.fuse.weight.shape[1]
-        self.dims = [c.n_embd, c.n_head, c.n_kv_head, c.n_hidden, c.vocab_size, self.N, 0, c.block_size,
-                     target.f16, 0]
-        self.mat_ptrs = (ctypes.c_void_p * 5)(*(t.data_ptr() for t in self.mats))
-        self.norm_ptrs = (ctypes.c_void_p * 4)(*(t.data_ptr() for t in self.norms))
-
-    def run(self, tokens: np.ndarray, positions: np.ndarray, features: torch.Tensor, cache: LlamaKVCache,
-            allowed: torch.Tensor | None, n_logits: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """g (T, C) and the draft-vocabulary logits (n_logits, N) of the last ``n_logits`` tokens;
-        the caller checks the bounds (``NativeEagle3Head.step``)."""
-        T, lib = len(tokens), self.target.lib
-        _threads(lib)
-        width = features.shape[1]
-        dims = (ctypes.c_int * 10)(*self.dims[:6], cache.kv.shape[-2], *self.dims[7:9], width)
-        g, logits = torch.empty(T, self.C), torch.empty(n_logits, self.N)
-        code = lib.eagle3_forward(dims, self.mat_ptrs, self.norm_ptrs, self.target.head.data_ptr(),
-                                  self.draft.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(), self.eps,
-                                  tokens.ctypes.data, positions.ctypes.data, T, cache.kv.data_ptr(), cache.length,
-                                  None if allowed is None else allowed.data_ptr(), features.data_ptr(),
-                                  g.data_ptr(), n_logits, logits.data_ptr())
-        if code:
-            raise RuntimeError(f"native_llama.c refused the head's step ({_ERRORS.get(code, code)}): a bound "
-                               "the Python side should have checked")
-        return g, logits
-
-
-class NativeEagle3Head(LlamaEagle3Head):
-    """``LlamaEagle3Head`` whose draft steps run ``eagle3_forward`` beside a ``NativeLlama``: the
-    fuse, the layer and the draft-vocabulary head in one C call (the readable step makes ~30
-    PyTorch calls, about a quarter of a target step on this CPU). Other calls -- training, a
-    readable target, a float16 cache -- run the readable step it inherits."""
-
-    native: PreparedEagle3 | None = None
-
-    def _runs_native(self, target: Llama, features: torch.Tensor, cache: LlamaKVCache, T: int) -> bool:
-        prepared = getattr(target, "native", None)
-        return (self.native is not None and prepared is self.native.target and 1 <= T <= HEAD_MAX_T
-                and cache.kv.dtype == torch.float32 and cache.kv.is_contiguous() and not self.training
-                and features.dtype == torch.float32
-                and not (torch.is_grad_enabled() and (features.requires_grad or self.fuse.weight.requires_grad)))
-
-    def step(self, target: Llama, tokens: np.ndarray, features: torch.Tensor, cache: LlamaKVCache,
-             mask: np.ndarray | None = None, last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """``LlamaEagle3Head.step``'s contract and positions, in one native call when it runs here."""
-        T = len(tokens)
-        if not self._runs_native(target, features, cache, T):
-            return super().step(target, tokens, features, cache, mask, last)
-        assert self.native is not None
-        C, V, start = self.config.n_embd, self.config.vocab_size, cache.length
-        ids = np.ascontiguousarray(np.asarray(tokens), dtype=np.int64).reshape(-1)
-        if len(ids) != T or (T and (int(ids.min()) < 0 or int(ids.max()) >= V)):
-            raise ValueError(f"tokens must be {T} ids in [0, {V})")
-        if features.ndim != 2 or features.shape[0] != T or features.shape[1] not in (C, self.native.fused):
-            raise ValueError(f"features must be ({T}, {self.native.fused}) fused or ({T}, {C}), "
-                             f"got {tuple(features.shape)}")
-        if start + T > cache.capacity:
-            raise ValueError(f"head's cache holds {cache.capacity} positions; got {start}+{T}")
-        if mask is None:
-            positions, allowed = np.arange(start, start + T, dtype=np.int64), None
-        else:
-            n_fed = mask.shape[1] - T
-            positions = (start - n_fed - 1 + mask.sum(1)).astype(np.int64)
-            allowed = prefix_mask(torch.from_numpy(mask), start, T, "cpu").eq(0).to(torch.uint8).contiguous()
-        if int(positions.min()) < 0 or int(positions.max()) >= self.native.n_pos:
-            raise ValueError(f"positions must lie in [0, {self.native.n_pos}), got {positions.tolist()}")
-        g, logits = self.native.run(ids, np.ascontiguousarray(positions), features.contiguous(), cache, allowed,
-                                    1 if last else T)
-        cache.length = start + T
-        # over the full vocabulary, -inf outside the draft vocabulary (``full_logits``), in float64:
-        # the drafter's log-softmax runs in float64 (``drafters.log_probs``), so no second copy
-        out = torch.full((len(logits), self.native.V), float("-inf"), dtype=torch.float64)
-        out[:, self.native.ids] = logits.double()
-        return g, out
-
-
-def accelerate_head(head: Any, target: Llama) -> Any:
-    """``head`` on ``target``'s engine, in place: an EAGLE-3 head's draft step in ``native_llama.c``
-    when the target is a prepared ``NativeLlama`` (at the target's precision); else unchanged
-    (the EAGLE control, ``llm_eagle.LlamaEagleHead``, has no native step)."""
-    prepared = getattr(target, "native", None)
-    if isinstance(head, LlamaEagle3Head) and isinstance(prepared, Prepared):
-        head.__class__ = NativeEagle3Head
-        head.native = PreparedEagle3(head, prepared)  # type: ignore[attr-defined]
-    return head
 
 
 def load_llm(engine: str = "auto", precision: str = "f16", block_size: int = 2048) -> Llama:

@@ -569,3 +569,29 @@ int eagle3_forward(const int *dims, void *const *mats, float *const *norms, cons
     free(seen);
     return 0;
 }
+
+/* Medusa's heads of the real LLM (models.llm_medusa.LlamaMedusaHeads.draft_logits) at one
+ * position in one call: x = rms(hidden, norm_f); y_k = x + silu(x W_k^T + b_k) for each head
+ * k < K; logits (K, N) = y over the draft vocabulary's rows (one product: those rows read once).
+ * dims: C, K, N, f16. mats: the K heads' (C, C) panels; biases: K (C,) float32; draft: (N, C)
+ * panels. Returns 0, or -1 (out of memory) / -2 (sizes it does not run). */
+int medusa_forward(const int *dims, void *const *mats, float *const *biases, const float *norm_f, float eps,
+                   const void *draft, const float *hidden, float *logits) {
+    int C = dims[0], K = dims[1], N = dims[2], f16 = dims[3];
+    if (C < 16 || C % 16 || K < 1 || K > HEAD_MAX_T || N < 16 || N % 16) return -2;
+    float *buf = malloc(sizeof(float) * (size_t)C * (K + 2));
+    if (!buf) return -1;
+    float *x = buf, *h = buf + C, *y = buf + 2 * C;
+    rms_norm(hidden, norm_f, x, 1, C, eps);
+    for (int k = 0; k < K; k++) {
+        linear(mats[k], f16, x, h, 1, C, C, 0);
+        float *yk = y + (size_t)k * C;
+        for (int c = 0; c < C; c++) {
+            float z = h[c] + biases[k][c];
+            yk[c] = x[c] + z / (1.0f + expf(-z));  /* x + SiLU(W x + b) */
+        }
+    }
+    linear(draft, f16, y, logits, K, C, N, 0);
+    free(buf);
+    return 0;
+}

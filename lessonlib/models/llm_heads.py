@@ -94,6 +94,11 @@ class DraftVocabulary(nn.Module):
     def draft_ids(self) -> torch.Tensor:
         return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t  # (N,)
 
+    @property
+    def support(self) -> np.ndarray:
+        """(N,) the target ids it drafts, as numpy: the support of its q rows (``drafters.log_probs``)."""
+        return self.draft_ids.cpu().numpy()
+
     def draft_head(self, target: Llama, transposed: bool = False) -> torch.Tensor:
         """(N, C): the tied LM head, the target's embedding rows of the draft vocabulary (frozen);
         ``transposed``: the same as a contiguous (C, N) copy (x @ it reads memory in order: on the

@@ -318,8 +318,9 @@ MUTANTS = [
      "EAGLE depth-1 nodes take the first node's feature instead of the root's"),
     ("decoding", DRAFT, "d[nodes >= 0] = tree.tree_depth(parents)[nodes[nodes >= 0]] + 1",
      "d[nodes >= 0] = tree.tree_depth(parents)[nodes[nodes >= 0]]", "Medusa head d drafts depth d + 1"),
-    ("decoding", DRAFT, "self.rows = log_probs(self.heads(self.target, features[-1]))",
-     "self.rows = log_probs(self.heads(self.target, features[0]))", "Medusa reads a stale feature"),
+    ("decoding", DRAFT, "self.rows = log_probs(self.heads(self.target, features[-1]), getattr(self.heads, \"support\"",
+     "self.rows = log_probs(self.heads(self.target, features[0]), getattr(self.heads, \"support\"",
+     "Medusa reads a stale feature"),
     # ------------------------------------------------------------------ decoding: the generic reference loops
     ("decoding", REF, "            q_rows.append(q)",
      "            q_rows.append(softmax(_next_logits(draft, seq + drafts[:-1], \"draft\")[0], 1.0))",
@@ -704,7 +705,8 @@ MUTANTS += [  # what the reliability pass pinned with independent oracles
 ]
 
 NATIVE_LLAMA_C, NATIVE_LLAMA_PY = "lessonlib/engines/native_llama.c", "lessonlib/engines/llama.py"
-TESTS[NATIVE_LLAMA_C] = TESTS[NATIVE_LLAMA_PY] = ["tests/engines/test_native_llama_head.py",
+NATIVE_LLAMA_HEADS = "lessonlib/engines/llama_heads.py"
+TESTS[NATIVE_LLAMA_C] = TESTS[NATIVE_LLAMA_PY] = TESTS[NATIVE_LLAMA_HEADS] = ["tests/engines/test_native_llama_head.py",
                                                   "tests/engines/test_native_llama.py"]
 MUTANTS += [  # the real LLM's native forward and EAGLE-3's draft step in C (native_llama.c is rebuilt from the text)
     ("native", NATIVE_LLAMA_C, "if (allowed ? allowed[(size_t)t * end + j] != 0 : j <= start + t)",
@@ -722,10 +724,10 @@ MUTANTS += [  # the real LLM's native forward and EAGLE-3's draft step in C (nat
      "EAGLE-3's fused features skip fuse (their first rows read as the residual stream)"),
     ("native", NATIVE_LLAMA_C, "_mm512_set1_ps(x[(size_t)(t0 + t) * in + i])", "_mm512_set1_ps(x[(size_t)t * in + i])",
      "the AVX-512 kernel's second token group reads the first group's inputs (passes over 12 tokens)"),
-    ("native", NATIVE_LLAMA_PY, "positions = (start - n_fed - 1 + mask.sum(1)).astype(np.int64)",
+    ("native", NATIVE_LLAMA_HEADS, "positions = (start - n_fed - 1 + mask.sum(1)).astype(np.int64)",
      "positions = (start - n_fed + mask.sum(1)).astype(np.int64)",
      "a tree node of the native head one position deeper than the readable head puts it"),
-    ("native", NATIVE_LLAMA_PY, "        if start + T > cache.capacity:\n            raise ValueError(f\"head's",
+    ("native", NATIVE_LLAMA_HEADS, "        if start + T > cache.capacity:\n            raise ValueError(f\"head's",
      "        if start + T > cache.capacity + 1:\n            raise ValueError(f\"head's",
      "the native head's capacity check one position too lax (the C call refuses it, not by name)"),
 ]
@@ -851,4 +853,21 @@ MUTANTS += [  # the real LLM's sampled trees, its peers (llama.cpp at the same p
      "setting | {\"corpus\": corpus, \"temperature\": 0.0})", "the real LLM's T = 1 rows enter the record as greedy"),
     ("bench", RECORD_PY, "\"target\": SMOLLM2, \"path\": at[\"baseline_engine\"]},",
      "\"path\": at[\"baseline_engine\"]},", "the real LLM's rows are recorded as the course GPT's"),
+]
+MUTANTS += [  # Medusa's heads in C (native_llama.c's medusa_forward) and the draft vocabulary's log-softmax
+    ("native", NATIVE_LLAMA_C, "            yk[c] = x[c] + z / (1.0f + expf(-z));  /* x + SiLU(W x + b) */",
+     "            yk[c] = x[c] + (z > 0 ? z : 0);", "Medusa's residual block in C applies ReLU, not SiLU"),
+    ("native", NATIVE_LLAMA_C, "            float z = h[c] + biases[k][c];", "            float z = h[c];",
+     "Medusa's heads in C drop their bias"),
+    ("native", NATIVE_LLAMA_C, "    rms_norm(hidden, norm_f, x, 1, C, eps);\n    for (int k = 0; k < K; k++) {",
+     "    memcpy(x, hidden, sizeof(float) * C);\n    for (int k = 0; k < K; k++) {",
+     "Medusa's heads in C read the hidden state without the final norm"),
+    ("native", NATIVE_LLAMA_C, "        linear(mats[k], f16, x, h, 1, C, C, 0);",
+     "        linear(mats[0], f16, x, h, 1, C, C, 0);",
+     "every Medusa head in C runs the first head's weights"),
+    ("native", NATIVE_LLAMA_HEADS, "        if hidden.shape[0] != self.native.C:", "        if False:",
+     "a hidden state of another width reaches medusa_forward (reads past its end)"),
+    ("decoding", "lessonlib/decoding/drafters.py", "F.log_softmax(logits[..., support].double(), -1).numpy()",
+     "F.log_softmax(logits[..., support].double(), -1).numpy() - 0.1",
+     "the draft vocabulary's log-probs are shifted: q rows no longer sum to 1"),
 ]

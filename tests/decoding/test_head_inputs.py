@@ -73,3 +73,27 @@ def test_each_head_gets_exactly_its_features_in_the_tree_loop(kind):
         assert features.shape == (n, width) and 1 <= n <= len(seq) - 1
         torch.testing.assert_close(features, h[0, len(seq) - 1 - n :], rtol=1e-9, atol=1e-9)
         torch.testing.assert_close(row, fresh_root_row(kind, drafter, target, seq, layers), rtol=1e-7, atol=1e-7)
+
+
+def test_log_probs_over_a_draft_vocabulary_are_the_full_rows():
+    """``drafters.log_probs`` with a support (a head's draft vocabulary) gives the rows the full
+    log-softmax gives when every logit outside it is -inf, at every row; NaN inside is refused."""
+    import numpy as np
+    import pytest
+    import torch
+
+    from lessonlib.decoding.drafters import log_probs
+
+    rng = np.random.default_rng(0)
+    support = np.sort(rng.choice(40, 9, replace=False))
+    compact = torch.from_numpy(rng.normal(size=(3, 9)) * 4)
+    full = torch.full((3, 40), float("-inf"), dtype=torch.float64)
+    full[:, support] = compact
+    want = log_probs(full)
+    got = log_probs(full, support)
+    assert got.shape == (3, 40) and np.array_equal(np.isinf(got), np.isinf(want))
+    assert np.allclose(got[:, support], want[:, support], atol=1e-12, rtol=0)
+    assert np.allclose(np.exp(got).sum(-1), 1.0)
+    full[1, support[4]] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        log_probs(full, support)

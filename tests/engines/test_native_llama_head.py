@@ -1,4 +1,4 @@
-"""EAGLE-3's draft step in C (``engines.llama.NativeEagle3Head``, ``eagle3_forward``) against the
+"""EAGLE-3's draft step in C (``engines.llama_heads.NativeEagle3Head``, ``eagle3_forward``) against the
 readable head (``models.llm_heads.LlamaEagle3Head.step``) beside a tiny random native Llama
 (8 layers, width 64, 4 query / 2 key-value heads of 16, vocabulary 304; a draft vocabulary of 64
 ids): g and the draft logits within ``ATOL`` at float32 weights and ``F16_ATOL`` at float16, for
@@ -15,7 +15,8 @@ import torch
 
 from lessonlib.core import tree
 from lessonlib.engines import llama as native_llama
-from lessonlib.engines.llama import NativeEagle3Head, NativeLlama, accelerate_head
+from lessonlib.engines.llama import NativeLlama
+from lessonlib.engines.llama_heads import NativeEagle3Head, accelerate_head
 from lessonlib.models.llama import Llama, LlamaConfig
 from lessonlib.models.llm_heads import LlamaEagle3Head
 
@@ -140,3 +141,63 @@ def test_bounds_are_refused_before_the_c_call_and_the_cache_is_kept():
     with pytest.raises(ValueError, match="head's cache holds"):
         fast.step(target, np.array([1]), feats, cache)
     assert cache.length == cache.capacity
+
+
+def medusa_pair(precision: str, n_heads: int = 3):
+    """The tiny native target with random Medusa heads over a 64-id draft vocabulary, readable and on
+    the engine (``llama_heads.NativeMedusaHeads``)."""
+    from lessonlib.models.llm_medusa import LlamaMedusaHeads
+
+    target, _, _ = tiny_pair(precision)
+    torch.manual_seed(1)
+    heads = LlamaMedusaHeads(TINY, np.random.default_rng(1).choice(TINY.vocab_size, 64, replace=False), n_heads)
+    with torch.no_grad():  # the zero start is the target's own head at every depth: give each head its own
+        for p in heads.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    heads.eval().requires_grad_(False)
+    return target, heads, accelerate_head(copy.deepcopy(heads), target)
+
+
+@pytest.mark.parametrize("precision", ["f32", "f16"])
+@torch.inference_mode()
+def test_medusas_heads_in_c_match_the_readable_heads(precision):
+    """Every head's draft-vocabulary logits at one position (the round's call), at the precision's
+    tolerance; the heads differ from one another (each one's own block, bias and SiLU are applied)."""
+    from lessonlib.engines.llama_heads import NativeMedusaHeads
+
+    target, heads, fast = medusa_pair(precision)
+    assert isinstance(fast, NativeMedusaHeads) and fast.native is not None
+    calls = []
+    run = fast.native.run
+    fast.native.run = lambda h: calls.append(1) or run(h)
+    _, hidden = target(torch.tensor([[3, 17, 250, 9, 41]]), cache=target.new_cache(), return_hidden=True)
+    for h in (hidden[0, -1], hidden[0, 2], 3 * torch.randn(TINY.n_embd)):
+        slow, quick = heads.draft_logits(target, h), fast.draft_logits(target, h)
+        assert quick.shape == slow.shape == (3, 64)
+        close(quick, slow, ATOL if precision == "f32" else F16_ATOL)
+        assert not torch.allclose(slow[0], slow[1], atol=0.1)
+        close(fast(target, h), heads(target, h), ATOL if precision == "f32" else F16_ATOL)  # -inf outside, alike
+    assert len(calls) == 6
+    batch = hidden[0, :3]  # more than one position (training's shape): the readable code, not C
+    close(fast.draft_logits(target, batch), heads.draft_logits(target, batch), 1e-6)
+    assert len(calls) == 6
+    with pytest.raises(ValueError, match="hidden must be"):
+        fast.draft_logits(target, torch.zeros(TINY.n_embd + 16))
+
+
+def test_speculative_decoding_with_native_medusa_heads_is_plain_greedy_decoding():
+    from lessonlib.decoding.decode import generate
+    from lessonlib.decoding.drafters import MedusaDrafter
+    from lessonlib.decoding.tree_decode import tree_generate
+
+    target, _, fast = medusa_pair("f16")
+    calls = []
+    run = fast.native.run
+    fast.native.run = lambda h: calls.append(1) or run(h)
+    for prompt in ([3, 17, 250, 9], [41, 8, 120, 77, 5, 5, 5]):
+        plain, _ = generate(target, prompt, 20)
+        for rule in (functools.partial(tree.draft_topk, branching=(1, 1, 1)),
+                     functools.partial(tree.draft_topk, branching=(2, 2, 1))):
+            spec, _ = tree_generate(target, MedusaDrafter(fast, target), prompt, 20, rule=rule)
+            assert spec == plain
+    assert calls
