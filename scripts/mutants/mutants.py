@@ -871,3 +871,10 @@ MUTANTS += [  # Medusa's heads in C (native_llama.c's medusa_forward) and the dr
      "F.log_softmax(logits[..., support].double(), -1).numpy() - 0.1",
      "the draft vocabulary's log-probs are shifted: q rows no longer sum to 1"),
 ]
+MUTANTS += [  # notebook 02's printed line per K: the bracket against E/(Kc + 1)
+    ("bench", SPEEDUP_R, "word=word(order(m, Interval(f, f, f, \"×\")))",
+     "word=word(order(Interval(f, f, f, \"×\"), m))",
+     "the line says the bracket lies above the formula where it lies below"),
+    ("bench", SPEEDUP_R, "near = abs(t - m.median) < abs(f - m.median)", "near = abs(t - m.median) > abs(f - m.median)",
+     "E/(Kc + r) is called nearer where E/(Kc + 1) is"),
+]

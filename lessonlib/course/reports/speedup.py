@@ -34,7 +34,7 @@ from lessonlib import engines, models
 from lessonlib.bench import bandwidth, record
 from lessonlib.course import plots
 from lessonlib.course.claims import Interval, order
-from lessonlib.course.messages import say
+from lessonlib.course.messages import say, word
 from lessonlib.course.reports import cell
 from lessonlib.decoding import measures
 
@@ -132,6 +132,22 @@ def prediction_table(ks: Sequence[int], spread: Spread, alpha_hat: float, c_hat:
     print(say(" K   τ measured   E(α, K)   speedup measured [IQR]   formula E/(Kc+1)   E/(Kc+r), measured c and r"))
     for line in prediction_rows(ks, spread, e_hat, predicted, timed):
         print(line)
+
+
+def prediction_lines(ks: Sequence[int], spread: Spread, predicted: Sequence[float],
+                     timed: Sequence[float]) -> list[str]:
+    """Per K, where the measured speedup's bracket lies against E/(Kc + 1) ("below" only when
+    wholly below; a bracket that holds the prediction: "overlaps", no difference measured) and
+    whether E/(Kc + r) lies nearer the measured median -- printed, not claimed: on a quiet run the
+    bracket at the best K can reach the formula, so a claim over every K would be fragile."""
+    lines = []
+    for i, k in enumerate(ks):
+        m, f, t = Interval.of(spread[k]["speedup"], "×"), float(predicted[i]), float(timed[i])
+        near = abs(t - m.median) < abs(f - m.median)
+        lines.append(say("K = {k}: measured {m} against E/(Kc + 1) = {f:.2f}×: {word}; E/(Kc + r) = {t:.2f}× lies "
+                         "{nearer}", k=k, m=m, f=f, t=t, word=word(order(m, Interval(f, f, f, "×"))),
+                         nearer=say("nearer the measured median") if near else say("no nearer the measured median")))
+    return lines
 
 
 def plot_prediction(ks: Sequence[int], spread: Spread, e_hat: Sequence[float], predicted: Sequence[float],

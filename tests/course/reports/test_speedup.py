@@ -121,6 +121,16 @@ STEPS = {"readable target": {1: 8e-3, 6: 8.8e-3}, "readable draft": {1: 2e-4, 6:
          "fast target": {1: 5e-3, 6: 6.5e-3}, "fast draft": {1: 1.5e-4, 6: 2e-4}}
 
 
+def test_prediction_lines_say_where_each_bracket_lies_and_which_prediction_is_nearer():
+    """SPREAD's speedup brackets: K = 1 [1.35, 1.45], K = 2 [1.25, 1.35], K = 4 [1.05, 1.15]."""
+    predicted, timed = [1.60, 1.30, 1.00], [1.42, 1.10, 1.12]  # below, holds it, above; nearer, not, nearer
+    lines = report.prediction_lines(KS, SPREAD, predicted, timed)
+    assert lines[0] == "K = 1: measured 1.40× [1.35, 1.45] against E/(Kc + 1) = 1.60×: below; " \
+                       "E/(Kc + r) = 1.42× lies nearer the measured median"
+    assert ": overlaps; E/(Kc + r) = 1.10× lies no nearer the measured median" in lines[1]
+    assert ": above; E/(Kc + r) = 1.12× lies nearer" in lines[2] and len(lines) == 3
+
+
 def test_c_and_r_and_the_forwards_table():
     cost = report.c_and_r(STEPS, ["readable", "fast"])
     assert cost["readable"] == pytest.approx((2e-4 / 8e-3, 8.8e-3 / 8e-3))
