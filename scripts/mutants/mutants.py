@@ -878,3 +878,11 @@ MUTANTS += [  # notebook 02's printed line per K: the bracket against E/(Kc + 1)
     ("bench", SPEEDUP_R, "near = abs(t - m.median) < abs(f - m.median)", "near = abs(t - m.median) > abs(f - m.median)",
      "E/(Kc + r) is called nearer where E/(Kc + 1) is"),
 ]
+DISTILL_R = "lessonlib/course/reports/distill_draft.py"
+TESTS[DISTILL_R] = ["tests/course/reports/test_distill_draft.py"]
+MUTANTS += [  # notebook 03's printed line: the measured interval against Thm 3.8's prediction
+    ("bench", DISTILL_R,
+     "word=messages.word(order(row.here, Interval(p, p, p, \"×\"))))",
+     "word=messages.word(order(Interval(p, p, p, \"×\"), row.here)))",
+     "notebook 03 says the measured speedup lies above Thm 3.8's prediction where it lies below"),
+]

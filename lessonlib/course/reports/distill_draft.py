@@ -144,6 +144,16 @@ def findings_markdown(result: Mapping[tuple[str, str], Mapping[str, float]], stu
     return outputs.markdown("\n".join(lines))
 
 
+def against_prediction(row: SpeedupRow) -> str:
+    """The line that says where this run's speedup interval lies against Thm 3.8's prediction, which
+    leaves out r and the per-round work (below, overlapping or above): printed, not claimed, since
+    five prompts of 48 tokens on a shared machine can stretch the interval over the prediction."""
+    p = float(row.predicted)
+    return say("{name} at T = {t:g}: the speedup measured here ({here}) {word} Thm 3.8's {predicted:.2f}×, which "
+               "leaves out r and the per-round work", name=row.name, t=row.t, here=row.here, predicted=p,
+               word=messages.word(order(row.here, Interval(p, p, p, "×"))))
+
+
 def against_record(row: SpeedupRow) -> str:
     """The line that says whether this run's speedup lies above or below the record's or overlaps it
     (ValueError for a row the record does not have)."""

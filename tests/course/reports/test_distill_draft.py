@@ -101,6 +101,17 @@ def test_against_record_says_where_the_interval_lies(measured, word):
                                           "the record's (1.08× [0.98, 1.18])")
 
 
+@pytest.mark.parametrize(("measured", "word"), [((0.8, 0.7, 0.9), "below"), ((0.9, 0.8, 2.0), "overlaps"),
+                                                ((3.0, 2.5, 3.5), "above")])
+def test_against_prediction_says_where_the_interval_lies_against_thm_3_8(measured, word):
+    row = report.speedup_rows({("draft-kl", 0.0): _spread(0.6, 0.5, _summary(*measured))}, {("draft-kl", 0.0): 2},
+                              {("draft-kl", 0.0): _row(2, 1.08)})[0]
+    assert 0.9 < row.predicted < 1.3  # the prediction the three intervals are placed around
+    here = f"{measured[0]:.2f}× [{measured[1]:.2f}, {measured[2]:.2f}]"
+    assert report.against_prediction(row) == (f"draft-kl at T = 0: the speedup measured here ({here}) {word} Thm "
+                                              f"3.8's {row.predicted:.2f}×, which leaves out r and the per-round work")
+
+
 def test_against_record_refuses_a_row_without_a_record():
     row = report.speedup_rows(SPREAD, KS, RECORDS)[1]
     with pytest.raises(ValueError, match="no row in the record"):
