@@ -233,8 +233,9 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
 # outputs.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
-# three table rows begin with a value or pad a value that holds spaces; in the last six, "{word}" is shown through
-# messages.word (above, below, overlaps: the reader's language at run time, English in the stored output).
+# three table rows begin with a value or pad a value that holds spaces; in the twelve that hold "{word}", it
+# is shown through messages.word (above, below, overlaps: the reader's language at run time, English in the
+# stored output).
 SAID_NOT_ROUND_TRIP = {
     "       draft-kl     draft-ce     draft-kl    draft-kl   draft-kl        draft-kl   draft-kl",
     "{n} positions", "{n} judged drafts",
@@ -258,6 +259,9 @@ SAID_NOT_ROUND_TRIP = {
     "teacher-forced α ({t3:.3f}): {word} (an interval that holds it: no difference measured)",
     "the sampled draft's measured speedup at T = {t:g} ({s}) against 1: {word} (an interval that holds 1: no "
     "difference measured)",
+    "K = {k}: measured {m} against E/(Kc + 1) = {f:.2f}×: {word}; E/(Kc + r) = {t:.2f}× lies {nearer}",
+    "{name} at T = {t:g}: the speedup measured here ({here}) {word} Thm 3.8's {predicted:.2f}×, which leaves out r "
+    "and the per-round work",
 }
 
 
