@@ -200,7 +200,7 @@ def peer_rows(target, readable, prompt_list, new_tokens: int, repeats: int, n_th
     llama.cpp)}: every row of ``peer_runs`` taking turns on each prompt; None where no peer is
     installed."""
     runs = peer_runs(target, readable, prompt_list, new_tokens, n_threads)
-    if len(runs) == 2:
+    if all(name.startswith("lessonlib ") for name in runs):  # no peer installed: nothing to compare with
         return None
     best = interleaved(runs, len(prompt_list), repeats, seconds=lambda row: row["seconds_per_token"])
     spt = {name: [row["seconds_per_token"] for _, row in results] for name, results in best.items()}

@@ -8,6 +8,7 @@ readable code the classes inherit, whose outputs the tests hold them to.
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,11 @@ from lessonlib.models.llm_heads import LlamaEagle3Head
 from lessonlib.models.llm_medusa import LlamaMedusaHeads
 
 
+def panels_at(w: torch.Tensor, target: Prepared) -> torch.Tensor:
+    """A head's weight (out, in) in panels (``native.to_panels``) at its target's precision."""
+    return to_panels(w.detach().float().to(torch.float16 if target.f16 else torch.float32))
+
+
 class PreparedEagle3:
     """An EAGLE-3 head's weights as ``eagle3_forward`` (``native_llama.c``) reads them, at its
     target's precision: fuse, q|k|v (over 2C), o, gate|up, down in panels, the four norms in
@@ -29,10 +35,8 @@ class PreparedEagle3:
 
     def __init__(self, head: LlamaEagle3Head, target: Prepared):
         c, layer = head.config, head.layer
-        dtype = torch.float16 if target.f16 else torch.float32
-        pack = lambda w: to_panels(w.detach().float().to(dtype))  # noqa: E731
+        pack = functools.partial(panels_at, target=target)
         self.target, self.C, self.N = target, c.n_embd, len(head.d2t)
-        self.ids, self.V = head.draft_ids.clone(), c.vocab_size  # draft id i -> target id ids[i]
         self.mats = [pack(head.fuse.weight), pack(torch.cat([layer.q.weight, layer.k.weight, layer.v.weight])),
                      pack(layer.o.weight), pack(torch.cat([layer.gate.weight, layer.up.weight])),
                      pack(layer.down.weight)]
@@ -122,8 +126,7 @@ class PreparedMedusa:
     the draft vocabulary's rows of the tied embedding as one (N, C) product."""
 
     def __init__(self, heads: LlamaMedusaHeads, target: Prepared):
-        dtype = torch.float16 if target.f16 else torch.float32
-        pack = lambda w: to_panels(w.detach().float().to(dtype))  # noqa: E731
+        pack = functools.partial(panels_at, target=target)
         self.target, self.C, self.K, self.N = target, heads.config.n_embd, heads.n_heads, len(heads.d2t)
         self.mats = [pack(h.weight) for h in heads.heads]
         self.biases = [h.bias.detach().float().contiguous() for h in heads.heads]

@@ -108,20 +108,25 @@ def test_a_commit_longer_than_the_targets_max_t_runs_in_c_too():
     close(l_fast, l_slow, ATOL)
 
 
-def test_speculative_decoding_with_the_native_head_is_plain_greedy_decoding():
+@pytest.mark.parametrize("kind", ["eagle3", "medusa"])
+def test_speculative_decoding_with_a_native_head_is_plain_greedy_decoding(kind):
+    """EAGLE-3's step and Medusa's heads in C, each through its drafter: a chain and a tree give
+    plain greedy decoding's tokens, and the drafts really come from the C call."""
     from lessonlib.decoding.decode import generate
+    from lessonlib.decoding.drafters import MedusaDrafter
     from lessonlib.decoding.llm_drafter import LlamaHeadDrafter
     from lessonlib.decoding.tree_decode import tree_generate
 
-    target, _, fast = tiny_pair("f16")
+    target, _, fast = tiny_pair("f16") if kind == "eagle3" else medusa_pair("f16")
+    drafter = LlamaHeadDrafter if kind == "eagle3" else MedusaDrafter
     calls = []
     run = fast.native.run
-    fast.native.run = lambda *a: calls.append(1) or run(*a)  # the drafts really come from the C step
+    fast.native.run = lambda *a: calls.append(1) or run(*a)
     for prompt in ([3, 17, 250, 9], [41, 8, 120, 77, 5, 5, 5]):
         plain, _ = generate(target, prompt, 20)
         for rule in (functools.partial(tree.draft_topk, branching=(1, 1, 1)),
                      functools.partial(tree.draft_topk, branching=(2, 2, 1))):
-            spec, _ = tree_generate(target, LlamaHeadDrafter(fast, target), prompt, 20, rule=rule)
+            spec, _ = tree_generate(target, drafter(fast, target), prompt, 20, rule=rule)
             assert spec == plain
     assert calls
 
@@ -183,21 +188,3 @@ def test_medusas_heads_in_c_match_the_readable_heads(precision):
     assert len(calls) == 6
     with pytest.raises(ValueError, match="hidden must be"):
         fast.draft_logits(target, torch.zeros(TINY.n_embd + 16))
-
-
-def test_speculative_decoding_with_native_medusa_heads_is_plain_greedy_decoding():
-    from lessonlib.decoding.decode import generate
-    from lessonlib.decoding.drafters import MedusaDrafter
-    from lessonlib.decoding.tree_decode import tree_generate
-
-    target, _, fast = medusa_pair("f16")
-    calls = []
-    run = fast.native.run
-    fast.native.run = lambda h: calls.append(1) or run(h)
-    for prompt in ([3, 17, 250, 9], [41, 8, 120, 77, 5, 5, 5]):
-        plain, _ = generate(target, prompt, 20)
-        for rule in (functools.partial(tree.draft_topk, branching=(1, 1, 1)),
-                     functools.partial(tree.draft_topk, branching=(2, 2, 1))):
-            spec, _ = tree_generate(target, MedusaDrafter(fast, target), prompt, 20, rule=rule)
-            assert spec == plain
-    assert calls
