@@ -8,9 +8,9 @@ measures, the runs taking turns:
 
 * plain greedy decoding with each engine on the edit prompts: the fastest engine whose tokens
   equal the readable float32 model's is the baseline every speedup is over;
-* on that engine, prompt lookup (k = 3, 5, 8), lookahead and the shipped heads of
-  ``core.kinds.LLM_KINDS`` (EAGLE-3 and Medusa, their drafting on the same engine;
-  ``decoding.llm_drafter``: the chains and trees of each kind's sweep) against plain decoding on
+* on that engine, prompt lookup (k = 3, 5, 8), lookahead and the shipped drafters of
+  ``core.kinds.LLM_KINDS`` (EAGLE-3, Medusa and the distilled draft model, their drafting on the
+  same engine; ``decoding.llm_drafter``: the chains and trees of each kind's sweep) against plain decoding on
   two prompt sets (``models.llm_prompts``): ``edit`` (the reply copies the prompt) and ``chat``
   (it does not); every greedy output must equal plain decoding's (checked in the run);
 * at T = 1 on both sets, against plain sampling: the head's chain of two drafts drawn from its q

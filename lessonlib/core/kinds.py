@@ -119,6 +119,12 @@ LLM_KINDS: tuple[DraftKind, ...] = (
               "after the target", ("smollm2-medusa",),
               chain="Medusa chain", tree="Medusa", tree_family="Medusa",
               sweep=Sweep((1, 2), ((2, 1),)), target="smollm2"),
+    DraftKind("smollm2-draft", "draft model", "draft model (SmolLM2)", "smollm2-draft", "llm-head",
+              "LlamaDraftDrafter",
+              "separate 2-layer Llama of width 256 on SmolLM2's embedding, an 8,192-token draft vocabulary "
+              "(tied), distilled from the frozen target (forward KL), after the target", ("smollm2-draft",),
+              chain="draft model chain", tree="draft model tree", tree_family="draft model tree",
+              sweep=Sweep((1, 2, 3), ((2, 1),)), target="smollm2"),
 )
 
 

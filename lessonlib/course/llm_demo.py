@@ -105,6 +105,40 @@ def show_rows(rows: dict[tuple[str, str], dict]) -> None:
               f"{Interval.of(s['draft_cost_per_round']):.3f}   {Interval.of(s['speedup'], '×')}")
 
 
+def trained(kind: str) -> str:
+    """One printed line of what a shipped drafter of the real LLM (a kind of ``core.kinds.LLM_KINDS``)
+    was trained with, read from its metadata: parameters stored, tokens seen, hours, and its held-out
+    α at depth 1 (teacher-forced: the target's argmax) on the corpora and on the target's own replies."""
+    from lessonlib.core import kinds
+    from lessonlib.course.messages import say
+    from lessonlib.models.llm_store import read_head_meta
+
+    k = kinds.kind(kind)
+    meta = read_head_meta(k.checkpoint)
+    held = meta["heldout"]
+    return say("{name}: {params:,} parameters stored, trained {hours:.1f} h on one CPU core over {tokens:,} tokens; "
+               "held-out α at depth 1 (teacher-forced) {corpora:.2f} on the corpora, {own:.2f} on the target's own "
+               "replies", name=k.report, params=meta["params"], hours=meta["train_seconds"] / 3600,
+               tokens=meta["tokens_seen"], corpora=held["alpha_by_depth"][0],
+               own=held.get("self", held)["alpha_by_depth"][0])
+
+
+def step_weights(kind: str) -> int:
+    """Weights one draft step of a shipped drafter of the real LLM reads, from its metadata: EAGLE-3's
+    layer and the draft vocabulary's rows of the embedding (width C); the draft model's blocks and those
+    rows folded with proj_out to its own width (``llm_draft.LlamaDraftModel.out_rows``)."""
+    from lessonlib.core import kinds
+    from lessonlib.models.llm_store import read_head_meta
+
+    meta = read_head_meta(kinds.kind(kind).checkpoint)
+    if meta["kind"] == "draft":
+        d = meta["draft_config"]["n_embd"]
+        return int(meta["params"] - meta["n_embd"] * d + meta["draft_vocab_size"] * d)
+    if meta["kind"] != "eagle3":
+        raise ValueError(f"kind must be the EAGLE-3 head or the draft model, got {kind!r}")
+    return int(meta["params"] + meta["draft_vocab_size"] * meta["n_embd"])
+
+
 def regime(sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), context: int = 128, repeats: int = 5) -> dict:
     """The real LLM's regime on this machine, measured now: {"engine", "step_ms", "bound_ms",
     "bandwidth_gb_s", "r": {n: t(n) / t(1)}} -- the fastest forward over n new tokens after a cached

@@ -10,7 +10,7 @@ drafters of later modules. Tree drafters share ``RuleDrafter``: a drafting rule 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -62,13 +62,13 @@ class Drafter(Protocol):
 
 
 def log_probs(logits: torch.Tensor, support: np.ndarray | None = None) -> np.ndarray:
-    """log softmax of draft logits ((..., V) torch) as float64 numpy (the rows ``expand`` returns);
-    non-finite logits are refused (``core.validate.check_finite_logits``). ``support``: the ids outside
-    which every logit is -inf (a head's draft vocabulary, its ``support``): the softmax skips the rest."""
+    """log softmax of draft logits ((..., V) torch) as float64 numpy (``expand``'s rows), non-finite ones refused;
+    ``support``: the ids outside which every logit is -inf (a draft vocabulary): the softmax skips the rest."""
     if support is None:
         return check_finite_logits(F.log_softmax(logits.double(), -1).cpu().numpy(), "the draft's")
     out = np.full(logits.shape, -np.inf)
-    out[..., support] = check_finite_logits(F.log_softmax(logits[..., support].double(), -1).numpy(), "the draft's")
+    out[..., support] = check_finite_logits(F.log_softmax(logits[..., support].detach().double(), -1).numpy(),
+                                            "the draft's")
     return out
 
 
@@ -123,8 +123,7 @@ class NoDraft(RuleDrafter):
     """Proposes nothing: a round with it is one plain decoding step (the one-token forward,
     then the greedy token or a sample from the target's own p)."""
 
-    def _commit(self, seq: list[int], features: torch.Tensor | None = None) -> None:
-        pass
+    def _commit(self, seq: list[int], features: torch.Tensor | None = None) -> None: ...  # nothing to feed
 
     def propose(self, rule: Rule | None = None, sampling: Sampling | None = None,
                 rng: np.random.Generator | None = None, clock: Timer = untimed) -> Proposal:
@@ -138,9 +137,8 @@ class TreeDrafter(RuleDrafter):
     Drafting rules grow one tree between commits, so each ``expand`` feeds only the nodes its
     cache lacks -- each node once per round, not its whole ancestor chain at every depth --
     with a mask over [fed nodes, new nodes]. A call with a different tree (another caller)
-    drops the fed nodes first, so any sequence of calls gets the right rows.
-    Subclasses implement ``_feed(parents, tokens, new, mask, depth)`` -> log-prob rows of
-    ``new`` (nodes of one depth whose parents are fed; ``mask`` over [fed, new]).
+    drops the fed nodes first, so any sequence of calls gets the right rows. Subclasses
+    implement ``_feed`` (below): the log-prob rows of new nodes of one depth whose parents are fed.
     """
 
     # set by the subclass (cache) and by ``_start_round`` at every commit
@@ -149,7 +147,7 @@ class TreeDrafter(RuleDrafter):
     fed: np.ndarray  # (n_fed,) int64: the tree nodes in the cache, in cache order
     fed_tree: tuple[np.ndarray, np.ndarray]  # (parents, tokens) of the fed nodes, (n_fed,) each
     logq: np.ndarray  # (1 + n_fed, V) float64
-    # _feed(parents (N,), tokens (N,), new (M,), mask (M, n_fed + M) bool, depth (M,)) -> (M, V) log-probs
+    # _feed(parents (N,), tokens (N,), new (M,), mask (M, n_fed + M) bool over [fed, new], depth (M,)) -> (M, V)
     _feed: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
     def commit(self, seq: list[int], features: torch.Tensor | None = None, clock: Timer = untimed) -> None:
@@ -266,23 +264,25 @@ class ModelDrafter(TreeDrafter):
     """A small GPT drafting with its own KV cache; tree nodes sit at ``committed + depth``."""
 
     needs_features = False
+    root_call: dict[str, Any] = {}  # keywords of the commit's call (the real LLM's draft model: last=True, one row)
 
     def __init__(self, model: GPT) -> None:
         self.model, self.cache, self.committed = model, model.new_cache(), 0
-        self.vocab_size = model.config.vocab_size
+        self.vocab_size, self.support = model.config.vocab_size, getattr(model, "support", None)  # draft vocabulary
 
     def _commit(self, seq: list[int], features: torch.Tensor | None = None) -> None:
         """Drop last round's tree and feed the committed tokens the cache lacks (at least the
         last one: its logits are the root's row)."""
         self.cache.truncate(min(self.committed, len(seq) - 1))
         idx = torch.as_tensor(seq[self.cache.length :], dtype=torch.long, device=self.model.device)
-        self._start_round(log_probs(self.model(idx[None], cache=self.cache)[0, -1]))
+        self._start_round(log_probs(self.model(idx[None], cache=self.cache, **self.root_call)[0, -1], self.support))
 
     def _feed(self, parents: np.ndarray, tokens: np.ndarray, new: np.ndarray, mask: np.ndarray,
               depth: np.ndarray) -> np.ndarray:
         idx = torch.as_tensor(tokens[new], dtype=torch.long, device=self.model.device)  # (M,)
         positions = torch.as_tensor(self.committed + depth, device=self.model.device)
-        return log_probs(self.model(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=self.cache)[0])
+        logits = self.model(idx[None], positions=positions, mask=torch.from_numpy(mask), cache=self.cache)[0]
+        return log_probs(logits, self.support)
 
 
 class EagleDrafter(TreeDrafter):

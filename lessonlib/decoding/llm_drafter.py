@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lessonlib.core.validate import check_head_fits
-from lessonlib.decoding.drafters import EagleDrafter
+from lessonlib.decoding.drafters import EagleDrafter, ModelDrafter
 
 if TYPE_CHECKING:
     from lessonlib.models.llama import Llama
@@ -40,6 +40,21 @@ class LlamaHeadDrafter(EagleDrafter):
                              f"got {head.config.block_size}")
         self.head, self.target, self.cache, self.committed = head, target, head.new_cache(), 0
         self.feature_layers = head.layers
+
+
+class LlamaDraftDrafter(ModelDrafter):
+    """``ModelDrafter`` for the real LLM's distilled draft model (``llm_draft.LlamaDraftModel``) beside
+    its ``Llama`` target; its q rows' softmax runs over the draft vocabulary only (``log_probs``'s
+    ``support``: every other logit is -inf)."""
+
+    def __init__(self, model: Any, target: Llama) -> None:
+        check_head_fits(target.config.n_embd, model.config.vocab_size, target.config.n_embd,
+                        target.config.vocab_size, "draft model")
+        if model.config.block_size < target.config.block_size:
+            raise ValueError(f"draft model's cache must hold the target's context ({target.config.block_size} "
+                             f"positions), got {model.config.block_size}")
+        super().__init__(model)
+        self.root_call = {"last": True}  # a prompt's commit needs the last token's row only, not T of them
 
 
 def _frozen_on_engine(target: Llama, name: str) -> Any:
@@ -75,5 +90,6 @@ def head_drafter(kind: str, head: Any, target: Llama) -> Any:
     from lessonlib.core import kinds
     from lessonlib.decoding.drafters import MedusaDrafter
 
-    classes = {"LlamaHeadDrafter": LlamaHeadDrafter, "MedusaDrafter": MedusaDrafter}
+    classes = {"LlamaHeadDrafter": LlamaHeadDrafter, "MedusaDrafter": MedusaDrafter,
+               "LlamaDraftDrafter": LlamaDraftDrafter}
     return classes[kinds.kind(kind).drafter](head, target)

@@ -32,7 +32,7 @@ from lessonlib.models.llama import Llama, load_smollm2, rope_tables
 
 SOURCE = pathlib.Path(__file__).with_name("native_llama.c")
 MAX_T = 64  # native_llama.c's MAX_T: a longer call (a long prefill) runs the readable forward
-HEAD_MAX_T = 4096  # native_llama.c's HEAD_MAX_T: an EAGLE-3 head's commit of a whole prompt runs in C too
+HEAD_MAX_T = 4096  # native_llama.c's HEAD_MAX_T: a head's (or the draft model's) commit of a whole prompt runs in C too
 PRECISIONS = ("f16", "f32")
 ENGINES = ("readable", "native")
 _ERRORS = {-1: "out of memory", -2: "sizes it does not run", -3: "a token id outside the vocabulary",
@@ -46,6 +46,8 @@ def _setup(lib: ctypes.CDLL) -> str:
     lib.eagle3_forward.argtypes = [p, p, p, p, p, p, p, ctypes.c_float, p, p, i, p, i, p, p, p, i, p]
     lib.eagle3_forward.restype = lib.medusa_forward.restype = i
     lib.medusa_forward.argtypes = [p, p, p, p, ctypes.c_float, p, p, p]
+    lib.draft_forward.argtypes = [p, p, p, p, p, p, p, ctypes.c_float, p, p, i, p, i, p, p, i, p]
+    lib.draft_forward.restype = i
     lib.lessonlib_set_threads.argtypes = [i]
     return {2: "AVX-512", 1: "AVX2/FMA/F16C"}.get(lib.llama_simd(), "portable C")
 
@@ -126,6 +128,25 @@ class Prepared:
         return logits, x, keep
 
 
+def call_inputs(model: Any, idx: torch.Tensor, positions: torch.Tensor | None, mask: torch.Tensor | None,
+                cache: KVCache) -> tuple[np.ndarray, np.ndarray, torch.Tensor | None]:
+    """(tokens (T,) int64, positions (T,) int64, allowed uint8 (T, start + T) or None) of a batch-1
+    cached call of ``model`` (a ``Llama`` or the draft model) as the C code reads them, after every
+    bound it relies on is checked here (token ids, the cache's room, positions in the RoPE table)."""
+    T, start, block = idx.shape[1], cache.length, model.config.block_size
+    model.check_tokens(idx, "idx")
+    if start + T > cache.capacity or cache.kv.shape[-2] != block:
+        raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch 1, {start}+{T}")
+    if positions is None:
+        pos = np.arange(start, start + T, dtype=np.int64)
+    else:
+        pos = np.ascontiguousarray(torch.as_tensor(positions).cpu().numpy(), dtype=np.int64).reshape(-1)
+        if len(pos) != T or int(pos.min()) < 0 or int(pos.max()) >= block:
+            raise ValueError(f"positions must hold {T} position ids in [0, block_size={block})")
+    allowed = None if mask is None else prefix_mask(mask, start, T, "cpu").eq(0).to(torch.uint8).contiguous()
+    return np.ascontiguousarray(idx[0].cpu().numpy(), dtype=np.int64), pos, allowed
+
+
 class NativeLlama(Llama):
     """``Llama`` whose batch-1 cached inference calls of up to ``MAX_T`` tokens run ``native``
     (a ``Prepared``, or None: then every call is the readable forward)."""
@@ -155,24 +176,14 @@ class NativeLlama(Llama):
         if not self._runs_native(idx, cache):
             return super().forward(idx, positions, mask, cache, return_hidden)
         assert cache is not None and self.native is not None
-        T, start = idx.shape[1], cache.length
-        self.check_tokens(idx, "idx")  # every bound the C code relies on is checked here first
-        if start + T > cache.capacity or cache.kv.shape[-2] != self.config.block_size:
-            raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch 1, {start}+{T}")
-        if positions is None:
-            pos = np.arange(start, start + T, dtype=np.int64)
-        else:
-            pos = np.ascontiguousarray(torch.as_tensor(positions).cpu().numpy(), dtype=np.int64).reshape(-1)
-            if len(pos) != T or int(pos.min()) < 0 or int(pos.max()) >= self.config.block_size:
-                raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
-        allowed = None if mask is None else prefix_mask(mask, start, T, "cpu").eq(0).to(torch.uint8).contiguous()
+        tokens, pos, allowed = call_inputs(self, idx, positions, mask, cache)
+        start = cache.length
         layers = return_hidden if isinstance(return_hidden, tuple) else ()
         if any(not 0 <= i < self.config.n_layer for i in layers):
             raise ValueError(f"return_hidden must name blocks in [0, {self.config.n_layer}), got {layers}")
         layers = tuple(sorted(set(layers)))  # in block order, as the readable forward keeps them
-        tokens = np.ascontiguousarray(idx[0].cpu().numpy(), dtype=np.int64)
         logits, x, keep = self.native.run(tokens, pos, cache.kv, start, allowed, layers)
-        cache.length = start + T
+        cache.length = start + len(tokens)
         if layers:
             assert keep is not None
             return logits[None], keep[None]

@@ -1,7 +1,9 @@
 """The real LLM's heads on the native engine, beside a ``NativeLlama`` (``engines.llama``):
 EAGLE-3's draft step (``eagle3_forward``: the fuse, the layer and the draft-vocabulary head in one
-C call) and Medusa's heads (``medusa_forward``: the final norm, the K residual heads and the draft
-vocabulary's rows in one call), each at its target's precision. ``accelerate_head`` puts a loaded
+C call), Medusa's heads (``medusa_forward``: the final norm, the K residual heads and the draft
+vocabulary's rows in one call) and the distilled draft model (``draft_forward``: proj_in, its
+blocks -- the target's own block code -- and its folded head), each at its target's precision.
+``accelerate_head`` puts a loaded
 head on its target's engine; anything else -- training, a readable target, other shapes -- runs the
 readable code the classes inherit, whose outputs the tests hold them to.
 """
@@ -14,10 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from lessonlib.engines.llama import _ERRORS, HEAD_MAX_T, Prepared
+from lessonlib.engines.llama import _ERRORS, HEAD_MAX_T, Prepared, call_inputs
 from lessonlib.engines.native import _threads, to_panels
 from lessonlib.models.gpt import prefix_mask
 from lessonlib.models.llama import Llama, LlamaKVCache, rope_tables
+from lessonlib.models.llm_draft import LlamaDraftModel
 from lessonlib.models.llm_heads import LlamaEagle3Head
 from lessonlib.models.llm_medusa import LlamaMedusaHeads
 
@@ -169,9 +172,72 @@ class NativeMedusaHeads(LlamaMedusaHeads):
         return self.native.run(hidden.contiguous())
 
 
+class PreparedDraft:
+    """The distilled draft model's weights as ``draft_forward`` (``native_llama.c``) reads them, at
+    its target's precision: proj_in, then per block q|k|v, o, gate|up, down in panels; the norms in
+    float32; proj_out folded into the draft vocabulary's embedding rows as one (N, d) head (the
+    readable model's ``out_rows``); token rows read from the target's packed head, not copied."""
+
+    def __init__(self, model: LlamaDraftModel, target: Prepared):
+        pack = functools.partial(panels_at, target=target)
+        c = model.config
+        self.target, self.d, self.N = target, c.n_embd, len(model.d2t)
+        self.mats = [pack(model.proj_in.weight)] + [
+            pack(m) for b in model.blocks for m in (torch.cat([b.q.weight, b.k.weight, b.v.weight]), b.o.weight,
+                                                    torch.cat([b.gate.weight, b.up.weight]), b.down.weight)]
+        self.norms = [n.weight.detach().float().contiguous() for b in model.blocks
+                      for n in (b.norm_1, b.norm_2)] + [model.norm.weight.detach().float().contiguous()]
+        self.out = pack(model.out_rows())
+        cos, sin = rope_tables(torch.arange(c.block_size), c.head_dim, c.rope_theta, torch.float32)
+        self.cos, self.sin = cos[:, : c.head_dim // 2].contiguous(), sin[:, : c.head_dim // 2].contiguous()
+        self.eps = c.norm_eps
+        self.dims = (ctypes.c_int * 11)(c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.n_hidden, c.vocab_size,
+                                        c.block_size, c.block_size, target.f16, target.C, self.N)
+        self.mat_ptrs = (ctypes.c_void_p * len(self.mats))(*(t.data_ptr() for t in self.mats))
+        self.norm_ptrs = (ctypes.c_void_p * len(self.norms))(*(t.data_ptr() for t in self.norms))
+
+    def run(self, tokens: np.ndarray, positions: np.ndarray, cache: LlamaKVCache, allowed: torch.Tensor | None,
+            n_logits: int) -> torch.Tensor:
+        """Draft-vocabulary logits (n_logits, N) of the last ``n_logits`` tokens; the caller checks the
+        bounds (``engines.llama.call_inputs``)."""
+        lib = self.target.lib
+        _threads(lib)
+        x, logits = torch.empty(len(tokens), self.d), torch.empty(n_logits, self.N)
+        code = lib.draft_forward(self.dims, self.mat_ptrs, self.norm_ptrs, self.target.head.data_ptr(),
+                                 self.out.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(), self.eps,
+                                 tokens.ctypes.data, positions.ctypes.data, len(tokens), cache.kv.data_ptr(),
+                                 cache.length, None if allowed is None else allowed.data_ptr(), x.data_ptr(),
+                                 n_logits, logits.data_ptr())
+        if code:
+            raise RuntimeError(f"native_llama.c refused the draft model ({_ERRORS.get(code, code)}): a bound "
+                               "the Python side should have checked")
+        return logits
+
+
+class NativeDraftModel(LlamaDraftModel):
+    """``LlamaDraftModel`` whose batch-1 cached calls run ``draft_forward`` beside a ``NativeLlama``
+    (in PyTorch a one-token step made ~40 calls: about 0.15 of a target step, three times the bytes
+    it reads); training and every other call run the readable forward it inherits."""
+
+    native: PreparedDraft | None = None
+
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                cache: LlamaKVCache | None = None, last: bool = False) -> torch.Tensor:
+        """``LlamaDraftModel.forward``'s contract, in one native call when it runs here."""
+        if (self.native is None or getattr(self.target, "native", None) is not self.native.target or cache is None
+                or idx.ndim != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= HEAD_MAX_T or self.training
+                or cache.kv.dtype != torch.float32 or not cache.kv.is_contiguous()
+                or (torch.is_grad_enabled() and self.proj_in.weight.requires_grad)):
+            return super().forward(idx, positions, mask, cache, last)
+        tokens, pos, allowed = call_inputs(self, idx, positions, mask, cache)
+        logits = self.native.run(tokens, pos, cache, allowed, 1 if last else len(tokens))
+        cache.length += len(tokens)
+        return self.full_logits(logits)[None]
+
+
 def accelerate_head(head: Any, target: Llama) -> Any:
-    """``head`` on ``target``'s engine, in place: an EAGLE-3 head's draft step or Medusa's heads in
-    ``native_llama.c`` when the target is a prepared ``NativeLlama`` (at the target's precision);
+    """``head`` on ``target``'s engine, in place: an EAGLE-3 head's draft step, Medusa's heads or the
+    draft model in ``native_llama.c`` when the target is a prepared ``NativeLlama`` (at the target's precision);
     else unchanged (the EAGLE control, ``llm_eagle.LlamaEagleHead``, has no native step)."""
     prepared = getattr(target, "native", None)
     if isinstance(head, LlamaEagle3Head) and isinstance(prepared, Prepared):
@@ -180,4 +246,7 @@ def accelerate_head(head: Any, target: Llama) -> Any:
     elif isinstance(head, LlamaMedusaHeads) and isinstance(prepared, Prepared):
         head.__class__ = NativeMedusaHeads
         head.native = PreparedMedusa(head, prepared)  # type: ignore[attr-defined]
+    elif isinstance(head, LlamaDraftModel) and isinstance(prepared, Prepared) and head.target is target:
+        head.__class__ = NativeDraftModel
+        head.native = PreparedDraft(head, prepared)  # type: ignore[attr-defined]
     return head

@@ -476,20 +476,14 @@ static void mlp(float *x, const float *norm, const void *gate_up, const void *do
     linear(down, f16, hid, x, T, F, C, 1);  /* x += down(h) */
 }
 
-/* The forward (see the top). dims: n_layer, C, H, G, F, V, S, n_pos, f16. tokens, positions (T,)
- * int64. logits (T, V) or NULL. keep NULL or (T, n_keep C): the outputs of blocks keep_layers.
- * Returns 0; -1 no memory; -2 bad sizes; -3 a token id outside 0..V-1; -4 a position outside
- * 0..n_pos-1; -5 the cache too small; -6 a token that may see no slot. */
-int llama_forward(const int *dims, void *const *mats, float *const *norms, const void *head, const float *norm_f,
-                  const float *cosb, const float *sinb, float eps, const int64_t *tokens, const int64_t *positions,
-                  int T, float *kv, int start, const uint8_t *allowed, float *x, float *keep,
-                  const int *keep_layers, int n_keep, float *logits) {
-    int n_layer = dims[0], C = dims[1], H = dims[2], G = dims[3], F = dims[4], V = dims[5], S = dims[6];
-    int n_pos = dims[7], f16 = dims[8];
-    if (T < 1 || T > MAX_T || C % 16 || F % 16 || V % 16 || H % G || C % H || (C / H) % 16 || n_keep < 0)
-        return -2;
-    int bad = check_inputs(tokens, positions, T, start, S, V, n_pos);
-    if (bad) return bad;
+/* Every block over the T new tokens whose embeddings are x (T, C), in place (the stream after the
+ * last block is left in x). dims as llama_forward's (n_layer, C, H, G, F, -, S, -, f16); mats,
+ * norms: 4 and 2 per layer; keep as llama_forward's. Shared by the target and the draft model.
+ * Returns 0, -1 (no memory) or -6 (a token that may see no slot). */
+static int blocks(const int *dims, void *const *mats, float *const *norms, const float *cosb, const float *sinb,
+                  float eps, const int64_t *positions, int T, float *kv, int start, const uint8_t *allowed, float *x,
+                  float *keep, const int *keep_layers, int n_keep) {
+    int n_layer = dims[0], C = dims[1], H = dims[2], G = dims[3], F = dims[4], S = dims[6], f16 = dims[8];
     int D = C / H, Q = (H + 2 * G) * D, end = start + T;
     size_t tc = (size_t)T * C, wide = (size_t)T * (Q > 2 * F ? Q : 2 * F);
     float *buf = malloc(sizeof(float) * (tc * 2 + wide + (size_t)T * F + (size_t)(end + 8) * nth));
@@ -498,7 +492,6 @@ int llama_forward(const int *dims, void *const *mats, float *const *norms, const
     float *ln = buf, *att = buf + tc, *big = buf + 2 * tc, *hid = big + wide, *score = hid + (size_t)T * F;
     int *count = seen + (size_t)T * end;
     if (list_slots(allowed, T, start, end, seen, count)) { free(buf); free(seen); return -6; }
-    for (int t = 0; t < T; t++) embed_row(head, f16, C, tokens[t], x + (size_t)t * C);
     size_t layer_kv = (size_t)2 * G * S * D;
     for (int l = 0; l < n_layer; l++) {
         void *const *m = mats + 4 * l;
@@ -512,13 +505,69 @@ int llama_forward(const int *dims, void *const *mats, float *const *norms, const
                 for (int t = 0; t < T; t++)
                     memcpy(keep + ((size_t)t * n_keep + k) * C, x + (size_t)t * C, C * sizeof(float));
     }
-    if (logits) {
-        rms_norm(x, norm_f, ln, T, C, eps);
-        linear(head, f16, ln, logits, T, C, V, 0);
-    }
     free(buf);
     free(seen);
     return 0;
+}
+
+/* rms(x, norm) of the last n of T rows (T, C), then logits (n, out) = those rows times `head`
+ * (out, C) panels: the final norm and an LM head. Returns 0 or -1 (no memory). */
+static int head_logits(const float *x, const float *norm, const void *head, int f16, int T, int n, int C, int out,
+                       float eps, float *logits) {
+    if (!n) return 0;
+    float *ln = malloc(sizeof(float) * (size_t)n * C);
+    if (!ln) return -1;
+    rms_norm(x + (size_t)(T - n) * C, norm, ln, n, C, eps);
+    linear(head, f16, ln, logits, n, C, out, 0);
+    free(ln);
+    return 0;
+}
+
+/* The forward (see the top). dims: n_layer, C, H, G, F, V, S, n_pos, f16. tokens, positions (T,)
+ * int64. logits (T, V) or NULL. keep NULL or (T, n_keep C): the outputs of blocks keep_layers.
+ * Returns 0; -1 no memory; -2 bad sizes; -3 a token id outside 0..V-1; -4 a position outside
+ * 0..n_pos-1; -5 the cache too small; -6 a token that may see no slot. */
+int llama_forward(const int *dims, void *const *mats, float *const *norms, const void *head, const float *norm_f,
+                  const float *cosb, const float *sinb, float eps, const int64_t *tokens, const int64_t *positions,
+                  int T, float *kv, int start, const uint8_t *allowed, float *x, float *keep,
+                  const int *keep_layers, int n_keep, float *logits) {
+    int C = dims[1], H = dims[2], G = dims[3], F = dims[4], V = dims[5], S = dims[6];
+    int n_pos = dims[7], f16 = dims[8];
+    if (T < 1 || T > MAX_T || C % 16 || F % 16 || V % 16 || H % G || C % H || (C / H) % 16 || n_keep < 0)
+        return -2;
+    int bad = check_inputs(tokens, positions, T, start, S, V, n_pos);
+    if (bad) return bad;
+    for (int t = 0; t < T; t++) embed_row(head, f16, C, tokens[t], x + (size_t)t * C);
+    bad = blocks(dims, mats, norms, cosb, sinb, eps, positions, T, kv, start, allowed, x, keep, keep_layers, n_keep);
+    if (bad) return bad;
+    return logits ? head_logits(x, norm_f, head, f16, T, T, C, V, eps, logits) : 0;
+}
+
+/* The real LLM's distilled draft model (models/llm_draft.py, LlamaDraftModel.forward) in one call:
+ * x = proj_in(the target's embedding rows of the tokens) (T, d), its n_layer blocks (the target's
+ * own block code, width d, its own cache), then logits (n_logits, N) of the last n_logits tokens =
+ * rms(x, norm) times `out` (N, d): proj_out folded into the draft vocabulary's embedding rows.
+ * dims: n_layer, d, H, G, F, V, S, n_pos, f16, Cin (the target's width), N. mats: proj_in (d, Cin),
+ * then 4 per layer; norms: 2 per layer, then the final norm. emb: the target's (V, Cin) panels.
+ * x (T, d) out. Returns as llama_forward. */
+int draft_forward(const int *dims, void *const *mats, float *const *norms, const void *emb, const void *out,
+                  const float *cosb, const float *sinb, float eps, const int64_t *tokens, const int64_t *positions,
+                  int T, float *kv, int start, const uint8_t *allowed, float *x, int n_logits, float *logits) {
+    int n_layer = dims[0], C = dims[1], H = dims[2], G = dims[3], F = dims[4], V = dims[5], S = dims[6];
+    int n_pos = dims[7], f16 = dims[8], Cin = dims[9], N = dims[10];
+    if (T < 1 || T > HEAD_MAX_T || n_layer < 1 || C % 16 || F % 16 || V % 16 || Cin % 16 || N % 16 || H % G ||
+        C % H || (C / H) % 16 || n_logits < 0 || n_logits > T)
+        return -2;
+    int bad = check_inputs(tokens, positions, T, start, S, V, n_pos);
+    if (bad) return bad;
+    float *e = malloc(sizeof(float) * (size_t)T * Cin);
+    if (!e) return -1;
+    for (int t = 0; t < T; t++) embed_row(emb, f16, Cin, tokens[t], e + (size_t)t * Cin);
+    linear(mats[0], f16, e, x, T, Cin, C, 0);  /* proj_in */
+    free(e);
+    bad = blocks(dims, mats + 1, norms, cosb, sinb, eps, positions, T, kv, start, allowed, x, NULL, NULL, 0);
+    if (bad) return bad;
+    return head_logits(x, norms[2 * n_layer], out, f16, T, n_logits, C, N, eps, logits);
 }
 
 /* EAGLE-3's draft step beside this target (models/llm_heads.py, LlamaEagle3Head.forward and

@@ -14,6 +14,7 @@ import torch
 from lessonlib.core import kinds
 from lessonlib.models.checkpoints import CHECKPOINTS, write_pair
 from lessonlib.models.llama import Llama
+from lessonlib.models.llm_draft import LlamaDraftModel
 from lessonlib.models.llm_eagle import LlamaEagleHead
 from lessonlib.models.llm_heads import LlamaEagle3Head, ids_from_d2t
 from lessonlib.models.llm_medusa import LlamaMedusaHeads
@@ -22,7 +23,7 @@ NAME = "smollm2-eagle3"
 # training kind -> checkpoint name: the real LLM's kinds of core.kinds ("eagle3", "medusa"), and EAGLE, the
 # control, which is no kind of the course (kept in the cache folder only)
 NAMES = {**{k.name.removeprefix("smollm2-"): k.checkpoint for k in kinds.LLM_KINDS}, "eagle": "smollm2-eagle"}
-LlmHead = LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads  # a head of the real LLM, any kind
+LlmHead = LlamaEagle3Head | LlamaEagleHead | LlamaMedusaHeads | LlamaDraftModel  # a drafter of the real LLM, any kind
 REBUILD = "python -m lessonlib.models.llm_features && python -m lessonlib.models.train_llm_heads eagle3"
 
 
@@ -64,8 +65,8 @@ def check_target(meta: dict[str, Any], target: Llama, name: str) -> None:
 
 def load_llm_head(target: Llama, name: str = NAME,
                   directory: pathlib.Path = CHECKPOINTS) -> LlmHead:
-    """The shipped EAGLE-3 head (the Medusa heads, ``name`` "smollm2-medusa"; a saved EAGLE control,
-    kind "eagle") beside ``target``
+    """The shipped EAGLE-3 head (the Medusa heads, ``name`` "smollm2-medusa"; the distilled draft model,
+    "smollm2-draft"; a saved EAGLE control, kind "eagle") beside ``target``
     (``llama.load_smollm2``), float32, eval mode, on the target's device; ValueError when it was
     trained for another target."""
     from safetensors.torch import load_file
@@ -78,6 +79,8 @@ def load_llm_head(target: Llama, name: str = NAME,
     head: LlmHead
     if meta["kind"] == "eagle":
         head = LlamaEagleHead(target.config, target_name=name)
+    elif meta["kind"] == "draft":
+        head = LlamaDraftModel(target, ids_from_d2t(state["d2t"]), meta["draft_config"], target_name=name)
     elif meta["kind"] == "medusa":
         head = LlamaMedusaHeads(target.config, ids_from_d2t(state["d2t"]), int(meta["n_heads"]), target_name=name)
     else:

@@ -6,6 +6,7 @@ on the CPU, in pieces:
     python -m lessonlib.models.train_llm_heads eagle --minutes 60   # top feature, full vocabulary; kept in
                                                                     # the cache folder (40 MB shipping limit)
     python -m lessonlib.models.train_llm_heads medusa --until 20:30  # Medusa-1 heads (``llm_medusa``), shipped
+    python -m lessonlib.models.train_llm_heads draft --batch 4 --lr 2e-3  # the distilled draft model (``llm_draft``)
 
 Every ``--save-minutes`` the training state (float32 weights, AdamW moments, counters) is written
 atomically to the cache folder, so ``--resume`` continues where a run stopped; every
@@ -36,6 +37,7 @@ from lessonlib.jsonio import write_atomic
 from lessonlib.models import llm_features
 from lessonlib.models.checkpoints import CHECKPOINTS
 from lessonlib.models.llama import Llama
+from lessonlib.models.llm_draft import LlamaDraftModel, draft_losses
 from lessonlib.models.llm_eagle import LlamaEagleHead, eagle_losses
 from lessonlib.models.llm_features import FeatureStore, until
 from lessonlib.models.llm_heads import (
@@ -74,6 +76,8 @@ def head_losses(head: Head, target: Llama, batch: tuple[torch.Tensor, ...],
     tokens, fused, final, top1 = batch
     if isinstance(head, LlamaMedusaHeads):
         return medusa_losses(head, target, final, top1)
+    if isinstance(head, LlamaDraftModel):
+        return draft_losses(head, target, tokens, final, top1)
     if isinstance(head, LlamaEagleHead):
         return eagle_losses(head, target, tokens, final, top1, steps)
     return losses(head, target, tokens, fused, final, top1, steps)
@@ -81,14 +85,15 @@ def head_losses(head: Head, target: Llama, batch: tuple[torch.Tensor, ...],
 
 @torch.no_grad()
 def heldout_alpha(head: Head, target: Llama, store: FeatureStore, depths: int = EVAL_DEPTHS) -> dict[str, Any]:
-    """Teacher-forced alpha by depth on every held-out window (all positions), the KL at depth 1,
-    and the draft vocabulary's coverage (share of positions whose target argmax is in it)."""
+    """Teacher-forced alpha by depth on every held-out window (all positions; the draft model: depth 1,
+    its one way of drafting), the KL at depth 1, and the draft vocabulary's coverage (share of positions
+    whose target argmax is in it)."""
     head.eval()
-    alphas, kl1, covered, n = np.zeros(depths), 0.0, 0.0, 0
+    alphas, kl1, covered, n = np.zeros(0), 0.0, 0.0, 0
     for w in range(store.heldout):
         batch = _batch(store, np.array([w]), isinstance(head, LlamaEagle3Head))
         kls, al = head_losses(head, target, batch, depths)
-        alphas += np.array([float(a) for a in al])
+        alphas = np.array([float(a) for a in al]) + (alphas if len(alphas) else 0.0)
         kl1 += float(kls[0])
         covered += float(head.t2d[batch[3][:, 1:]].float().mean()) if hasattr(head, "t2d") else 1.0
         n += 1
@@ -119,7 +124,7 @@ def _new_head(kind: str, target: Llama, store: FeatureStore, saved: dict | None,
         ids = ids_from_d2t(saved["head"]["d2t"]) if saved is not None else \
             draft_vocabulary(store.top1[store.heldout : store.done], draft_vocab, target.config.vocab_size)
         head = LlamaMedusaHeads(target.config, ids, N_HEADS) if kind == "medusa" else \
-            LlamaEagle3Head(target.config, ids)
+            LlamaDraftModel(target, ids) if kind == "draft" else LlamaEagle3Head(target.config, ids)
     if saved is not None:
         head.load_state_dict(saved["head"])
     return head
@@ -258,8 +263,9 @@ def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, 
 
 def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Llama,
           own: FeatureStore | None = None) -> dict[str, Any]:
-    kind = {LlamaEagle3Head: "eagle3", LlamaMedusaHeads: "medusa"}.get(type(head), "eagle")
-    shape: dict[str, Any] = _medusa_shape(head, state) if isinstance(head, LlamaMedusaHeads) else {
+    kind = {LlamaEagle3Head: "eagle3", LlamaMedusaHeads: "medusa", LlamaDraftModel: "draft"}.get(type(head), "eagle")
+    shape: dict[str, Any] = _medusa_shape(head, state) if isinstance(head, LlamaMedusaHeads) else \
+        _draft_shape(head, state) if isinstance(head, LlamaDraftModel) else {
         "fused_layers": list(head.layers), "fused_layers_are": "block outputs = inputs of layers {2, N//2, N-3}",
         "draft_vocab_size": len(head.d2t), "draft_vocab": f"the {len(head.d2t)} most frequent target argmax tokens "
         f"of the first {state['draft_vocab_from_windows']} training windows",
@@ -272,10 +278,10 @@ def _meta(head: Head, store: FeatureStore, state: dict, result: dict, target: Ll
                 f"step j weighted {STEP_WEIGHT} ** j",
     }
     return {
-        "name": NAMES[kind], "kind": kind, "n_embd": head.config.n_embd, **shape,
+        "name": NAMES[kind], "kind": kind, "n_embd": target.config.n_embd, **shape,
         "target": {k: v for k, v in target.source.items() if k in ("name", "gguf_sha256", "gguf_bytes")},
         "target_config": dict(vars(target.config)),
-        **({} if kind == "medusa" else {"ttt_steps": state["runs"][-1]["ttt_steps"]}),  # Medusa's heads never unroll
+        **({} if kind in ("medusa", "draft") else {"ttt_steps": state["runs"][-1]["ttt_steps"]}),  # never unrolled
         "params": sum(p.numel() for p in head.parameters()),
         "data": {"folder": store.path.name, "meta": {k: store.meta[k] for k in ("window", "mix", "corpora", "seed")},
                  "windows_extracted": store.done, "heldout_windows": store.heldout,
@@ -302,10 +308,22 @@ def _medusa_shape(heads: LlamaMedusaHeads, state: dict) -> dict[str, Any]:
                     f"masked; head k weighted {STEP_WEIGHT} ** k (the reference's lambda_k)"}
 
 
+def _draft_shape(model: LlamaDraftModel, state: dict) -> dict[str, Any]:
+    return {"draft_config": model.shape(), "draft_vocab_size": len(model.d2t),
+            "draft_vocab": f"the {len(model.d2t)} most frequent target argmax tokens of the first "
+                           f"{state['draft_vocab_from_windows']} training windows",
+            "embedding": "the target's token embedding (frozen, not stored) through proj_in",
+            "lm_head": "proj_out, then the target's embedding rows of the draft vocabulary (tied, not stored)",
+            "loss": "forward KL(p || q) at T = 1 against the target's distribution of the next token over the "
+                    "draft vocabulary, p renormalised there; positions whose target argmax is outside it masked; "
+                    "teacher-forced on the windows' tokens"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=list(NAMES),
-                        help="eagle3 and medusa ship to lessonlib/assets; eagle (the control) stays in the cache")
+                        help="eagle3, medusa and draft ship to lessonlib/assets; eagle (the control) stays in "
+                             "the cache")
     parser.add_argument("--steps", type=cli.positive_int, default=None, help="stop after this many steps")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None)
     parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")

@@ -867,8 +867,8 @@ MUTANTS += [  # Medusa's heads in C (native_llama.c's medusa_forward) and the dr
      "every Medusa head in C runs the first head's weights"),
     ("native", NATIVE_LLAMA_HEADS, "        if hidden.shape[0] != self.native.C:", "        if False:",
      "a hidden state of another width reaches medusa_forward (reads past its end)"),
-    ("decoding", "lessonlib/decoding/drafters.py", "F.log_softmax(logits[..., support].double(), -1).numpy()",
-     "F.log_softmax(logits[..., support].double(), -1).numpy() - 0.1",
+    ("decoding", "lessonlib/decoding/drafters.py", "F.log_softmax(logits[..., support].detach().double(), -1).numpy()",
+     "F.log_softmax(logits[..., support].detach().double(), -1).numpy() - 0.1",
      "the draft vocabulary's log-probs are shifted: q rows no longer sum to 1"),
 ]
 MUTANTS += [  # notebook 02's printed line per K: the bracket against E/(Kc + 1)
@@ -885,4 +885,50 @@ MUTANTS += [  # notebook 03's printed line: the measured interval against Thm 3.
      "word=messages.word(order(row.here, Interval(p, p, p, \"×\"))))",
      "word=messages.word(order(Interval(p, p, p, \"×\"), row.here)))",
      "notebook 03 says the measured speedup lies above Thm 3.8's prediction where it lies below"),
+]
+LLM_DRAFT = "lessonlib/models/llm_draft.py"
+TESTS[LLM_DRAFT] = ["tests/models/test_llm_draft.py", "tests/engines/test_native_llama_draft.py"]
+TESTS["lessonlib/decoding/llm_drafter.py"] = ["tests/models/test_llm_draft.py"]
+MUTANTS += [  # the real LLM's distilled draft model, readable and in C
+    ("heads", LLM_DRAFT, "logits = model.draft_logits(model.hidden(tokens)[:, 1:])",
+     "logits = model.draft_logits(model.hidden(tokens)[:, :-1])",
+     "the draft model's loss judges position t against the distribution of token t + 2"),
+    ("heads", LLM_DRAFT,
+     "key = (w.data_ptr(), -1 if w.is_inference() else w._version, id(self.draft_head(self.target)))",
+     "key = (w.data_ptr(), 0, id(self.draft_head(self.target)))",
+     "the folded head is kept after proj_out changed in place (drafts from old weights)"),
+    ("heads", LLM_DRAFT, "return self.full_logits(self.draft_logits(hidden[:, -1:] if last else hidden))",
+     "return self.full_logits(self.draft_logits(hidden[:, :1] if last else hidden))",
+     "a commit's root logits come from its first token, not its last"),
+    ("native", NATIVE_LLAMA_C,
+     "    return head_logits(x, norms[2 * n_layer], out, f16, T, n_logits, C, N, eps, logits);",
+     "    return head_logits(x, norms[0], out, f16, T, n_logits, C, N, eps, logits);",
+     "the draft model in C applies its first block's norm as its final norm"),
+    ("native", NATIVE_LLAMA_C,
+     "    for (int t = 0; t < T; t++) embed_row(emb, f16, Cin, tokens[t], e + (size_t)t * Cin);",
+     "    for (int t = 0; t < T; t++) embed_row(emb, f16, Cin, tokens[0], e + (size_t)t * Cin);",
+     "the draft model in C embeds every token as the first one"),
+    ("native", NATIVE_LLAMA_HEADS,
+     "    elif isinstance(head, LlamaDraftModel) and isinstance(prepared, Prepared) and head.target is target:",
+     "    elif isinstance(head, LlamaDraftModel) and isinstance(prepared, Prepared):",
+     "a draft model bound to another target is run on this target's engine (its token rows)"),
+    ("native", NATIVE_LLAMA_HEADS, "        cache.length += len(tokens)\n        return self.full_logits(logits)[None]",
+     "        cache.length += 1\n        return self.full_logits(logits)[None]",
+     "the native draft model's cache forgets all but one of the tokens a call fed"),
+    ("decoding", "lessonlib/decoding/drafters.py",
+     "self._start_round(log_probs(self.model(idx[None], cache=self.cache, **self.root_call)[0, -1], self.support))",
+     "self._start_round(log_probs(self.model(idx[None], cache=self.cache, **self.root_call)[0, 0], self.support))",
+     "a draft model's root row after a commit is its first token's, not its last's"),
+]
+TESTS[NATIVE_LLAMA_C].append("tests/engines/test_native_llama_draft.py")  # the list llama.py and llama_heads.py share
+REAL_LLM_SKILL = "lessonlib/course/skill/real_llm.py"
+TESTS[REAL_LLM_SKILL] = ["tests/course/test_skill_real_llm.py"]
+MUTANTS += [  # the skill file's decision on the real LLM
+    ("bench", REAL_LLM_SKILL, '"on": top["speedup"]["median"] >= MIN_SPEEDUP}',
+     '"on": top["speedup"]["median"] > MIN_SPEEDUP}', "a drafter exactly at the gate is turned off"),
+    ("bench", REAL_LLM_SKILL, 'if fam is None or r.get("threads") != threads:', "if fam is None:",
+     "the real LLM's decision mixes two-thread rows into the one-thread table"),
+    ("bench", REAL_LLM_SKILL, "    for (corpus, t), fams in sorted(best(rows).items()):\n        top = max(",
+     "    for (corpus, t), fams in sorted(best(rows).items()):\n        top = min(",
+     "the decision runs the slowest family, not the fastest"),
 ]

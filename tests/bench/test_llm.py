@@ -41,7 +41,8 @@ def report(peers):
 def test_the_methods_are_the_registrys_and_the_draft_free_ones():
     names = list(llm.methods(8, heads={kind: object() for kind in llm.HEAD_KINDS}))
     assert names[:4] == ["prompt lookup k=3", "prompt lookup k=5", "prompt lookup k=8", "lookahead W4 N3 G4"]
-    assert names[4:] == list(llm.head_shapes()) + list(llm.head_shapes("smollm2-medusa"))
+    assert names[4:] == list(llm.head_shapes()) + list(llm.head_shapes("smollm2-medusa")) + \
+        list(llm.head_shapes("smollm2-draft"))
     assert "EAGLE-3 tree 2-1" in names and "Medusa 2-1" in names and "Medusa chain K=2" in names
     assert list(llm.methods(8)) == names[:4]  # no head, no head rows
     assert list(llm.methods(8, heads={"smollm2-medusa": object()}))[4:] == list(llm.head_shapes("smollm2-medusa"))
@@ -136,3 +137,29 @@ def test_the_t1_rows_pair_each_drawn_shape_with_its_deterministic_twin(monkeypat
         assert isinstance(rule, functools.partial) and rule.func is tree.draft_topk
         assert rule.keywords == {"branching": shape}
     assert {c[1:] for c in calls.values()} == {(llm.SAMPLED_T, np.random.default_rng(3).random(), 16, 7)}
+
+
+def test_the_weights_a_draft_step_reads_are_counted_from_the_shipped_weights():
+    """``llm_demo.step_weights`` (from metadata) against the shipped tensors themselves: EAGLE-3 reads
+    every weight of its layer and C-wide draft rows; the draft model reads its blocks, proj_in and
+    the draft rows folded with proj_out to its width d (proj_out itself is never read at inference)."""
+    from safetensors.torch import load_file
+
+    from lessonlib.models import llm_store
+
+    for kind, name in (("smollm2-eagle3", "smollm2-eagle3"), ("smollm2-draft", "smollm2-draft")):
+        path, _ = llm_store.paths(name)
+        if not path.exists():
+            pytest.skip(f"{name} is not built yet")
+        state = load_file(str(path))
+        floats = {k: v for k, v in state.items() if v.is_floating_point()}
+        n, rows = len(state["d2t"]), state["t2d"].numel()
+        if kind == "smollm2-eagle3":
+            want = sum(v.numel() for v in floats.values()) + n * 576
+        else:
+            d = floats["proj_in.weight"].shape[0]
+            want = sum(v.numel() for k, v in floats.items() if k != "proj_out.weight") + n * d
+        assert rows == 49152 and llm_demo.step_weights(kind) == want
+    assert "parameters stored" in llm_demo.trained("smollm2-eagle3")
+    with pytest.raises(ValueError, match="kind must be"):
+        llm_demo.step_weights("smollm2-medusa")

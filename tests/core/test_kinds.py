@@ -63,7 +63,7 @@ def test_lookups_and_their_refusals():
     assert kinds.names("head") == ("eagle", "eagle3", "medusa")
     assert set(kinds.REPORT_ORDER) == set(kinds.names())
     with pytest.raises(ValueError, match="kind must be one of draft, eagle, eagle3, medusa, mtp, smollm2-eagle3, "
-                                         "smollm2-medusa, got 'eagle4'"):
+                                         "smollm2-medusa, smollm2-draft, got 'eagle4'"):
         kinds.kind("eagle4")
     assert {k.target for k in kinds.KINDS} == {"tiny"} and {k.target for k in kinds.LLM_KINDS} == {"smollm2"}
 
@@ -94,7 +94,8 @@ def test_the_tree_sweep_builds_the_reports_method_names():
 
 
 def test_a_real_llm_kinds_description_says_what_its_shipped_head_was_trained_with():
-    """The numbers a kind of the real LLM states (draft vocabulary, unroll steps, heads) are its
+    """The numbers a kind of the real LLM states (draft vocabulary, unroll steps, heads, the draft model's
+    layers and width) are its
     shipped metadata's: a description written from the recipe ("7 steps") while the head was
     trained with 3 is caught here."""
     import json
@@ -105,8 +106,10 @@ def test_a_real_llm_kinds_description_says_what_its_shipped_head_was_trained_wit
     for k in kinds.LLM_KINDS:
         meta = json.loads(llm_store.paths(k.checkpoint)[1].read_text())
         said = {int(n.replace(",", "")) for n in re.findall(r"(?<![\w-])\d[\d,]*\b", k.description)}
+        shape = meta.get("draft_config", {})  # the draft model's own layers and width
         stated = {meta["draft_vocab_size"]} | ({meta["ttt_steps"]} if "ttt_steps" in meta else set()) | \
-            ({meta["n_heads"]} if "n_heads" in meta else set())
+            ({meta["n_heads"]} if "n_heads" in meta else set()) | \
+            {shape[k] for k in ("n_layer", "n_embd") if k in shape}
         assert stated <= said, (k.name, stated - said)
         assert said <= stated | {1, 7}, (k.name, said - stated)  # 1 decoder layer; 7: the reference's unroll
         if "ttt_steps" in meta:

@@ -22,7 +22,7 @@ import numpy as np
 from lessonlib import paths, runs
 from lessonlib.bench import record
 from lessonlib.core import theory
-from lessonlib.course.skill import concurrency, draft_free, kinds_gate, measured, schema, sections, tables
+from lessonlib.course.skill import concurrency, draft_free, kinds_gate, measured, real_llm, schema, sections, tables
 from lessonlib.course.skill.recommend import (
     MARGIN,
     breakeven_alpha_best_k,
@@ -70,7 +70,7 @@ def _sources_and_decision(x):
                 "forward_cost": None if x["fc"] is None else [list(map(float, v)) for v in x["fc"]],
                 "margin": MARGIN, "temperatures": x["ts"], "alpha": {k: x["curves"][k] for k in x["kinds"]},
                 "breakeven_alpha_best_k": x["alpha_best"], "k_table_max": K_TABLE_MAX,
-                "kinds_at_t1": x["kinds_t1"], "measurements_run": runs.of(x["m"])}
+                "kinds_at_t1": x["kinds_t1"], "real_llm": x["real_llm_decision"], "measurements_run": runs.of(x["m"])}
     return [
         "## Sources\n",
         "- Leviathan, Kalai, Matias 2023, Fast Inference from Transformers via Speculative Decoding (eq. 1, Thm 3.8, "
@@ -95,11 +95,14 @@ def build_skill(m, record_rows=(), batch=None):
     with reading("record"):
         x |= {"draft_free": draft_free.lines(record_rows) + kinds_gate.lines(record_rows),
               "lookup_k": draft_free.lookup_k(record_rows), "kinds_t1": kinds_gate.gate(record_rows),
-              "examples": measured.overrule(x["examples"], record_rows, x["draft"])}
+              "examples": measured.overrule(x["examples"], record_rows, x["draft"]),
+              "real_llm": real_llm.lines(record_rows), "real_llm_decision": real_llm.decide(record_rows),
+              "eagle3_k": real_llm.eagle3_k(record_rows)}
     x["batch"] = concurrency.load() if batch is None else batch
     with reading("batch"):
         batch_lines = concurrency.lines(x)
-    parts = sections.SECTIONS + tables.SECTIONS + (lambda _: batch_lines, _sources_and_decision)
+    parts = sections.SECTIONS + tables.SECTIONS[:-1] + (lambda _: x["real_llm"],) + tables.SECTIONS[-1:] + \
+        (lambda _: batch_lines, _sources_and_decision)  # the real LLM's section before the vLLM configurations
     return "\n".join(line for section in parts for line in section(x)) + "\n"
 
 

