@@ -108,19 +108,23 @@ def show_rows(rows: dict[tuple[str, str], dict]) -> None:
 def trained(kind: str) -> str:
     """One printed line of what a shipped drafter of the real LLM (a kind of ``core.kinds.LLM_KINDS``)
     was trained with, read from its metadata: parameters stored, tokens seen, hours, and its held-out
-    α at depth 1 (teacher-forced: the target's argmax) on the corpora and on the target's own replies."""
+    α at depth 1 (teacher-forced: the target's argmax) on the corpora and on the target's own replies;
+    a second line with its calibration at T = 0, 0.7 and 1 where it was measured (``llm_calibration``)."""
     from lessonlib.core import kinds
     from lessonlib.course.messages import say
     from lessonlib.models.llm_store import read_head_meta
 
     k = kinds.kind(kind)
     meta = read_head_meta(k.checkpoint)
-    held = meta["heldout"]
+    held, cal = meta["heldout"], meta.get("calibration", {}).get("self")  # calibration: models.llm_calibration
+    more = "" if not cal else "\n" + say(
+        "its calibration, teacher-forced on the target's own replies: α = Σ min(p_T, q_T) {a0:.2f} at T = 0, "
+        "{a07:.2f} at T = 0.7, {a1:.2f} at T = 1", a0=cal["0"], a07=cal["0.7"], a1=cal["1"])
     return say("{name}: {params:,} parameters stored, trained {hours:.1f} h on one CPU core over {tokens:,} tokens; "
                "held-out α at depth 1 (teacher-forced) {corpora:.2f} on the corpora, {own:.2f} on the target's own "
                "replies", name=k.report, params=meta["params"], hours=meta["train_seconds"] / 3600,
                tokens=meta["tokens_seen"], corpora=held["alpha_by_depth"][0],
-               own=held.get("self", held)["alpha_by_depth"][0])
+               own=held.get("self", held)["alpha_by_depth"][0]) + more
 
 
 def step_weights(kind: str) -> int:

@@ -322,8 +322,7 @@ def _draft_shape(model: LlamaDraftModel, state: dict) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=list(NAMES),
-                        help="eagle3, medusa and draft ship to lessonlib/assets; eagle (the control) stays in "
-                             "the cache")
+                        help="eagle3, medusa, draft ship to lessonlib/assets; eagle (the control) stays in the cache")
     parser.add_argument("--steps", type=cli.positive_int, default=None, help="stop after this many steps")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None)
     parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")

@@ -932,3 +932,16 @@ MUTANTS += [  # the skill file's decision on the real LLM
      "    for (corpus, t), fams in sorted(best(rows).items()):\n        top = min(",
      "the decision runs the slowest family, not the fastest"),
 ]
+LLM_CAL = "lessonlib/models/llm_calibration.py"
+TESTS[LLM_CAL] = ["tests/models/test_llm_calibration.py"]
+MUTANTS += [  # the real LLM's drafters' calibration
+    ("heads", LLM_CAL, "    p = F.softmax(p_logits.double() / temperature, -1)[..., ids]",
+     "    p = F.softmax(p_logits[..., ids].double() / temperature, -1)",
+     "p_T renormalised over the draft vocabulary before the overlap (the mass outside it counted as reachable)"),
+    ("heads", LLM_CAL, "return torch.minimum(p, F.softmax(q_logits.double() / temperature, -1)).sum(-1)",
+     "return torch.minimum(p, F.softmax(q_logits.double(), -1)).sum(-1)",
+     "the drafter's q is not tempered with the target's T"),
+    ("heads", LLM_CAL, "        p_logits = target.lm_head(final[:, 1:])",
+     "        p_logits = target.lm_head(final[:, :-1])",
+     "the drafter is judged against the target's distribution of the token it was fed, not the next"),
+]

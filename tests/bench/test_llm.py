@@ -163,3 +163,17 @@ def test_the_weights_a_draft_step_reads_are_counted_from_the_shipped_weights():
     assert "parameters stored" in llm_demo.trained("smollm2-eagle3")
     with pytest.raises(ValueError, match="kind must be"):
         llm_demo.step_weights("smollm2-medusa")
+
+
+def test_the_trained_line_reads_the_metadata_and_its_calibration(monkeypatch):
+    from lessonlib.models import llm_store
+
+    meta = {"params": 1234567, "train_seconds": 5400.0, "tokens_seen": 4200000,
+            "heldout": {"alpha_by_depth": [0.41], "self": {"alpha_by_depth": [0.47]}}}
+    monkeypatch.setattr(llm_store, "read_head_meta", lambda name: meta)
+    line = llm_demo.trained("smollm2-draft")
+    assert line.startswith("draft model (SmolLM2): 1,234,567 parameters stored, trained 1.5 h") and "\n" not in line
+    assert "4,200,000 tokens" in line and "0.41 on the corpora, 0.47 on the target's own replies" in line
+    meta["calibration"] = {"self": {"0": 0.47, "0.7": 0.52, "1": 0.55}, "heldout": {"0": 0.4, "0.7": 0.1, "1": 0.2}}
+    second = llm_demo.trained("smollm2-draft").split("\n")[1]
+    assert second.endswith("0.47 at T = 0, 0.52 at T = 0.7, 0.55 at T = 1")

@@ -110,3 +110,26 @@ def test_a_draft_model_of_another_target_stays_readable():
     target, slow, _ = draft_pair("f32")
     twin = LlamaDraftModel(Llama(TINY), np.sort(slow.draft_ids.numpy()), SHAPE)
     assert type(accelerate_head(twin, target)) is LlamaDraftModel
+
+
+@torch.inference_mode()
+def test_the_portable_c_path_runs_the_draft_model_too():
+    """The path of CPUs without AVX2/F16C (ARM), ``-DLESSONLIB_PORTABLE``: the draft model's call
+    matches the readable model there as well (the same blocks and products, scalar C)."""
+    from lessonlib.engines.llama_heads import PreparedDraft
+
+    lib = native_llama.library(("-DLESSONLIB_PORTABLE",))
+    if lib is None:
+        pytest.skip(native_llama.status())
+    assert lib.llama_simd() == 0
+    target, slow, fast = draft_pair("f32")
+    default, own = target.native, fast.native
+    prompt = torch.tensor([[3, 17, 250, 9, 41, 41, 8, 120]])
+    try:
+        target.native = native_llama.Prepared(lib, target, "f32")
+        fast.native = PreparedDraft(fast, target.native)
+        calls = counted(fast)
+        close(fast(prompt, cache=fast.new_cache()), slow(prompt, cache=slow.new_cache()), ATOL)
+        assert calls == [prompt.shape[1]]
+    finally:
+        target.native, fast.native = default, own

@@ -1,0 +1,113 @@
+"""Calibration of the real LLM's drafters (``models.llm_calibration``) beside a tiny random Llama:
+α_T = Σ_x min(p_T, q_T) against a sum over the full vocabulary written out, its T = 0 form against the
+trainer's held-out α (another code path), and a draft that is the target's own distribution
+renormalised over the draft vocabulary, whose α_T is p_T's mass there (a known answer)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lessonlib.models.llama import Llama, LlamaConfig
+from lessonlib.models.llm_calibration import alpha_at, calibrate, depth1_logits
+from lessonlib.models.llm_draft import LlamaDraftModel
+from lessonlib.models.llm_heads import LlamaEagle3Head, eagle3_reference_layers
+from lessonlib.models.llm_medusa import LlamaMedusaHeads
+
+TINY = LlamaConfig(vocab_size=304, block_size=64, n_layer=8, n_head=4, n_kv_head=2, n_embd=32, n_hidden=64)
+IDS = np.random.default_rng(0).choice(TINY.vocab_size, 64, replace=False)
+
+
+@pytest.fixture(scope="module")
+def target():
+    torch.manual_seed(0)
+    model = Llama(TINY).eval().requires_grad_(False)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(5)
+    return model
+
+
+def store(target, tmp_path, n=2, L=16):
+    """A feature store on disk holding ``n`` held-out windows of random tokens (float16 features)."""
+    from lessonlib.models.llm_features import FeatureStore
+
+    tokens = torch.randint(0, TINY.vocab_size, (n, L), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, h = target(tokens, return_hidden=eagle3_reference_layers(TINY.n_layer) + (TINY.n_layer - 1,))
+    C = TINY.n_embd
+    np.save(tmp_path / "tokens.npy", tokens.numpy().astype(np.int32))
+    for name, arr, dt in (("fused.f16", h[..., :-C], np.float16), ("final.f16", h[..., -C:], np.float16),
+                          ("top1.i32", logits.argmax(-1), np.int32)):
+        m = np.memmap(tmp_path / name, dt, "w+", shape=tuple(arr.shape))
+        m[:] = arr.numpy().astype(dt)
+        m.flush()
+    (tmp_path / "meta.json").write_text(json.dumps({"windows": n, "window": L, "heldout_windows": n, "n_embd": C,
+                                                    "layers": list(eagle3_reference_layers(TINY.n_layer))}))
+    return FeatureStore(tmp_path)
+
+
+def heads(target):
+    torch.manual_seed(3)
+    out = {"eagle3": LlamaEagle3Head(TINY, IDS), "medusa": LlamaMedusaHeads(TINY, IDS, 2),
+           "draft": LlamaDraftModel(target, IDS, {"n_embd": 16, "n_layer": 1, "n_head": 1, "n_kv_head": 1,
+                                                  "n_hidden": 32})}
+    with torch.no_grad():
+        for h in out.values():
+            for p in h.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+    return {k: h.eval() for k, h in out.items()}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0, 2.5])
+def test_alpha_is_the_overlap_over_the_full_vocabulary(temperature):
+    g = torch.Generator().manual_seed(2)
+    p_logits, q_logits = 3 * torch.randn(5, TINY.vocab_size, generator=g), 3 * torch.randn(5, 64, generator=g)
+    ids = torch.as_tensor(IDS)
+    got = alpha_at(p_logits, q_logits, ids, temperature)
+    for row in range(5):
+        if temperature == 0.0:
+            want = float(ids[q_logits[row].argmax()] == p_logits[row].argmax())
+        else:
+            p = F.softmax(p_logits[row].double() / temperature, -1).numpy()
+            q = np.zeros(TINY.vocab_size)
+            q[IDS] = F.softmax(q_logits[row].double() / temperature, -1).numpy()
+            want = sum(min(a, b) for a, b in zip(p, q, strict=True))
+        assert abs(float(got[row]) - want) < 1e-12
+
+
+def test_a_draft_equal_to_the_targets_renormalised_law_gets_its_mass_on_the_draft_vocabulary():
+    g = torch.Generator().manual_seed(4)
+    p_logits = 2 * torch.randn(7, TINY.vocab_size, generator=g)
+    ids = torch.as_tensor(IDS)
+    for t in (0.7, 1.0):
+        mass = F.softmax(p_logits.double() / t, -1)[:, ids].sum(-1)
+        assert torch.allclose(alpha_at(p_logits, p_logits[:, ids], ids, t), mass, atol=1e-12)
+        assert bool((mass < 1).all())  # a negative control: not every draft reaches 1
+
+
+def test_calibrate_averages_every_held_out_position_and_agrees_with_the_trainer_at_t0(target, tmp_path):
+    """Per drafter, the mean over both windows' positions of α_T (written out here from
+    ``depth1_logits``), and at T = 0 the trainer's held-out depth-1 α, computed by its own losses."""
+    from lessonlib.models.train_llm_heads import heldout_alpha
+
+    fs, drafters = store(target, tmp_path), heads(target)
+    found = calibrate(drafters, target, fs)
+    for name, head in drafters.items():
+        rows = []
+        for w in range(2):
+            tokens = torch.from_numpy(fs.tokens[w : w + 1].astype(np.int64))
+            final = torch.from_numpy(fs.final[w : w + 1].astype(np.float32))
+            fused = torch.from_numpy(fs.fused[w : w + 1].astype(np.float32))
+            with torch.no_grad():
+                q, p = depth1_logits(head, target, tokens, fused, final), target.lm_head(final[:, 1:])
+            rows.append(torch.stack([alpha_at(p, q, head.draft_ids, t) for t in (0.0, 0.7, 1.0)]))
+        want = torch.cat(rows, -1).mean((-2, -1))
+        assert [found[name][k] for k in ("0", "0.7", "1")] == pytest.approx(want.tolist(), abs=1e-4)
+        trainer = heldout_alpha(head, target, fs, depths=1)["alpha_by_depth"][0]
+        assert found[name]["0"] == pytest.approx(trainer, abs=2e-3), name  # float16 features on both paths
+    assert found["eagle3"] != found["draft"]
+    with pytest.raises(ValueError, match="head must be"):
+        depth1_logits(target, target, None, None, None)
