@@ -114,7 +114,7 @@ class TwoTargets(NamedTuple):
 
     real_best: tuple[str, Interval]  # the real LLM's fastest setting (llm.json, edit and chat prompts)
     tiny_best: tuple[str, Interval]  # the tiny target's (the table of record, code prompts)
-    real_trained: tuple[str, Interval]  # the fastest setting with a trained draft (the EAGLE-3 head)
+    real_trained: tuple[str, Interval]  # the fastest setting with a trained draft (any of the real LLM's kinds)
     tiny_trained: tuple[str, Interval]
     r5: tuple[float, float]  # a verify pass over 5 tokens / a one-token step: (real LLM stored, tiny measured)
     alpha: tuple[float, float]  # α while decoding of each trained best (median over prompts): (real, tiny)
