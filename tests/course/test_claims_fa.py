@@ -233,7 +233,7 @@ def test_a_stored_english_claim_line_translates_to_what_a_persian_run_prints():
 # say() templates whose bare line the Persian build cannot translate back, each on purpose: the names row is
 # the same in both languages; "{n} positions" and "{n} judged drafts" begin with a value and are shorter than
 # outputs.FREE_TEXT_WORDS, so only a re-run (or the line they are a value of) shows them in Persian; the
-# three table rows begin with a value or pad a value that holds spaces; in the thirteen that hold "{word}", it
+# three table rows begin with a value or pad a value that holds spaces; in the fourteen that hold "{word}", it
 # is shown through messages.word (above, below, overlaps: the reader's language at run time, English in the
 # stored output).
 SAID_NOT_ROUND_TRIP = {
@@ -255,6 +255,8 @@ SAID_NOT_ROUND_TRIP = {
     "difference measured)",
     "{kind} prompts: the draft model's fastest setting ({d}) against EAGLE-3's ({e}): {word} (overlapping "
     "intervals: no difference measured)",
+    "on open chat the best draft-free setting ({method}, {speedup}) against 0.95×: {word} (an interval that holds "
+    "0.95: no difference measured)",
     "a round's drafting, chat prompts, in one-token target steps: Medusa's one call {m:.3f} against EAGLE-3's two "
     "steps {e:.3f}: {word} (overlapping intervals: no difference measured)",
     "at T = 3, where α is a few hundredths, the greedy draft's α while decoding ({a3:.3f}) against its "
