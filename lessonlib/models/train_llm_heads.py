@@ -51,14 +51,12 @@ from lessonlib.models.llm_heads import (
     weighted,
 )
 from lessonlib.models.llm_medusa import N_HEADS, LlamaMedusaHeads, medusa_losses
-from lessonlib.models.llm_store import NAMES, LlmHead, save_head
+from lessonlib.models.llm_store import NAMES, save_head
+from lessonlib.models.llm_store import LlmHead as Head
 from lessonlib.models.provenance import where
 
 EVAL_DEPTHS = 3
 WARMUP = 30
-
-
-Head = LlmHead
 
 
 def _batch(store: FeatureStore, rows: np.ndarray, fused: bool = True) -> tuple[torch.Tensor, ...]:
@@ -225,8 +223,9 @@ def train_eagle3(deadline: float, max_steps: int | None = None, batch: int = 2, 
     budget = max(deadline - began, 1.0)
     sources = [(store, done)] + ([(own, own.done)] if own is not None else [])  # windows fixed at the start
     run = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "from_step": state["steps"],
-           "windows_available": int(done), "lr": lr, "batch_windows": batch, "ttt_steps": ttt,
-           "self_share": self_share, "self_windows_available": int(sources[-1][1]) if own else 0, **where("cpu")}
+           "windows_available": int(done), "lr": lr, "batch_windows": batch, "self_share": self_share,
+           "ttt_steps": ttt if kind in ("eagle3", "eagle") else None,  # Medusa and the draft model never unroll
+           "self_windows_available": int(sources[-1][1]) if own else 0, **where("cpu")}
     state["runs"].append(run)
 
     def evaluate() -> None:
