@@ -30,6 +30,7 @@ STAYS_ENGLISH = {
     ("solutions/fa/04_eagle_tree.ipynb", "5c8ea68e"): MODEL_TEXT,
     ("solutions/fa/04_eagle_tree.ipynb", "ebe9d5b6"): NAMES,
     ("solutions/fa/04_eagle_tree.ipynb", "babb9d11"): NAMES,
+    ("solutions/fa/04_eagle_tree.ipynb", "llm-draft-model-rows"): NAMES,  # "draft model chain K=1": the real LLM's
     ("solutions/fa/05_high_temperature.ipynb", "d6bf7ffa"): MODEL_TEXT,
     ("solutions/fa/05_high_temperature.ipynb", "419cb476"): "the tuning document (outputs/skill-speculative-tuning.md) "
                                                             "is written in English; the cell prints part of it",
