@@ -162,6 +162,31 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+def call_positions(idx: torch.Tensor, positions: torch.Tensor | None, cache: KVCache | None,
+                   block_size: int) -> tuple[int, torch.Tensor]:
+    """(start, positions (T,)) of a call over ``idx`` (B, T) after the ``start`` positions ``cache`` holds
+    (batch 1 when cached); ``positions`` default to start + arange(T); ValueError naming the bound broken.
+    Shared by ``Llama.forward`` and the draft model (``llm_draft``)."""
+    B, T = idx.shape
+    start = cache.length if cache is not None else 0
+    if cache is not None and (B != 1 or start + T > cache.capacity):
+        raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch {B}, {start}+{T}")
+    if positions is None:
+        if start + T > block_size:
+            raise ValueError(f"positions must be < block_size={block_size}, got up to {start + T - 1}")
+        return start, torch.arange(start, start + T, device=idx.device)
+    if len(positions) != T or int(positions.min()) < 0 or int(positions.max()) >= block_size:
+        raise ValueError(f"positions must hold {T} position ids in [0, block_size={block_size})")
+    return start, positions
+
+
+def hf_init(module: nn.Module) -> None:
+    """Hugging Face's Llama init for a freshly built head: every Linear N(0, 0.02), norms left at 1."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+
+
 class Llama(LanguageModel, nn.Module):
     """The decoder: token embedding, ``n_layer`` blocks, ``norm_f``, tied LM head (no position table)."""
 
@@ -199,17 +224,9 @@ class Llama(LanguageModel, nn.Module):
               as ``GPT`` does. Block i's output is the input of block i + 1, i.e. transformers'
               ``output_hidden_states[i + 1]``; ``eagle3_reference_layers`` gives the reference's choice.
         """
-        B, T = idx.shape
         self.check_tokens(idx, "idx")
-        start = cache.length if cache is not None else 0
-        if cache is not None and (B != 1 or start + T > cache.capacity):
-            raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch {B}, {start}+{T}")
-        if positions is None:
-            if start + T > self.config.block_size:
-                raise ValueError(f"positions must be < block_size={self.config.block_size}, got up to {start + T - 1}")
-            positions = torch.arange(start, start + T, device=idx.device)
-        elif len(positions) != T or int(positions.min()) < 0 or int(positions.max()) >= self.config.block_size:
-            raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
+        start, positions = call_positions(idx, positions, cache, self.config.block_size)
+        T = idx.shape[1]
         dtype = self.wte.weight.dtype
         rope = rope_tables(positions.to(idx.device), self.config.head_dim, self.config.rope_theta, dtype)
         attn_mask = (prefix_mask(mask, start, T, idx.device, dtype)

@@ -24,7 +24,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lessonlib.models.gpt import prefix_mask
-from lessonlib.models.llama import Block, Llama, LlamaConfig, LlamaKVCache, RMSNorm, rope_tables
+from lessonlib.models.llama import (
+    Block,
+    Llama,
+    LlamaConfig,
+    LlamaKVCache,
+    RMSNorm,
+    call_positions,
+    hf_init,
+    rope_tables,
+)
 from lessonlib.models.llm_heads import DraftVocabulary, teacher
 
 # width 256, 2 blocks, 4 query heads over 2 key/value heads (D = 64, as the target's), SwiGLU 512:
@@ -49,9 +58,7 @@ class LlamaDraftModel(DraftVocabulary):
         self.blocks = nn.ModuleList(Block(self.config) for _ in range(self.config.n_layer))
         self.norm = RMSNorm(d, tc.norm_eps)
         self.proj_out = nn.Linear(d, C, bias=False)
-        for m in self.modules():  # Hugging Face's Llama init: N(0, 0.02), norms at 1
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=0.02)
+        hf_init(self)
 
     @property
     def device(self) -> torch.device:
@@ -82,15 +89,9 @@ class LlamaDraftModel(DraftVocabulary):
     def hidden(self, idx: torch.Tensor, positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                cache: LlamaKVCache | None = None) -> torch.Tensor:
         """The last block's outputs (B, T, d) for ``idx`` (B, T); arguments as ``Llama.forward``'s."""
-        B, T = idx.shape
         self.check_tokens(idx, "idx")
-        start = cache.length if cache is not None else 0
-        if cache is not None and (B != 1 or start + T > cache.capacity):
-            raise ValueError(f"cache holds batch 1 and {cache.capacity} positions; got batch {B}, {start}+{T}")
-        if positions is None:
-            positions = torch.arange(start, start + T, device=idx.device)
-        elif len(positions) != T or int(positions.min()) < 0 or int(positions.max()) >= self.config.block_size:
-            raise ValueError(f"positions must hold {T} position ids in [0, block_size={self.config.block_size})")
+        start, positions = call_positions(idx, positions, cache, self.config.block_size)
+        T = idx.shape[1]
         dtype = self.proj_in.weight.dtype
         rope = rope_tables(positions.to(idx.device), self.config.head_dim, self.config.rope_theta, dtype)
         attn = prefix_mask(mask, start, T, idx.device, dtype) if mask is not None or (start > 0 and T > 1) else None

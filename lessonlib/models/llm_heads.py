@@ -41,6 +41,7 @@ from lessonlib.models.llama import (
     LlamaKVCache,
     RMSNorm,
     eagle3_reference_layers,
+    hf_init,
     rope_tables,
     rotate,
 )
@@ -133,9 +134,7 @@ class LlamaEagle3Head(DraftVocabulary):
         self.fuse = nn.Linear(len(self.layers) * C, C, bias=False)
         self.layer = Eagle3Layer(self.config)
         self.norm = RMSNorm(C, config.norm_eps)
-        for m in self.modules():  # Hugging Face's Llama init: N(0, 0.02), norms at 1
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=0.02)
+        hf_init(self)
 
     @property
     def device(self) -> torch.device:
