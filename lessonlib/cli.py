@@ -85,6 +85,19 @@ def pattern(regex: str, expected: str) -> Callable[[str], str]:
     return parse
 
 
+def clock_time(text: str) -> float:
+    """An argparse type: a UTC wall-clock time HH:MM, as epoch seconds of its next occurrence (later
+    today, else tomorrow: ``--until 01:30`` given at 23:00 means the coming night, not the past)."""
+    import datetime as dt
+
+    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text)
+    if not match or int(match[1]) > 23 or int(match[2]) > 59:
+        raise argparse.ArgumentTypeError(f"{text!r} (expected a UTC time HH:MM, 00:00 to 23:59)")
+    now = dt.datetime.now(dt.UTC)
+    at = now.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
+    return (at if at > now else at + dt.timedelta(days=1)).timestamp()
+
+
 def device(text: str) -> str:
     """An argparse type: a torch device this machine has (cpu, cuda, cuda:N, mps)."""
     if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", text):

@@ -10,6 +10,7 @@ measurement: ``stored()`` reads the benchmark's medians over five prompts (``ben
 from __future__ import annotations
 
 from lessonlib.bench import record
+from lessonlib.course.messages import N_
 from lessonlib.decoding.decode import generate
 from lessonlib.decoding.prompt_lookup import lookup_generate
 from lessonlib.decoding.timing import interleaved
@@ -99,32 +100,62 @@ def show_rows(rows: dict[tuple[str, str], dict]) -> None:
     from lessonlib.course.claims import Interval
     from lessonlib.course.messages import say
 
-    print(say("prompts  method              τ                   α (decoding)        draft / round        speedup"))
+    width = max([19, *(len(name) for _, name in rows)])  # the method column fits its longest name
+    header = say("prompts  method              τ                   α (decoding)        draft / round        speedup")
+    print(header.replace("method ", "method " + " " * (width - 19), 1))
     for (kind, name), s in rows.items():
-        print(f"{kind:8s} {name:19s} {Interval.of(s['tau'])}   {Interval.of(s['alpha'])}   "
+        print(f"{kind:8s} {name:{width}s} {Interval.of(s['tau'])}   {Interval.of(s['alpha'])}   "
               f"{Interval.of(s['draft_cost_per_round']):.3f}   {Interval.of(s['speedup'], '×')}")
 
 
+# the texts calibration measures α on (``models.llm_calibration``), from the most like training to the least
+CALIBRATION_TEXTS = (
+    ("self", N_("the target's own replies, every position of their windows")),
+    ("self replies", N_("the same replies, their reply tokens alone")),
+    ("edit replies", N_("its replies to the benchmark's edit prompts")),
+    ("chat replies", N_("its replies to the benchmark's chat prompts")),
+)
+
+
 def trained(kind: str) -> str:
-    """One printed line of what a shipped drafter of the real LLM (a kind of ``core.kinds.LLM_KINDS``)
-    was trained with, read from its metadata: parameters stored, tokens seen, hours, and its held-out
-    α at depth 1 (teacher-forced: the target's argmax) on the corpora and on the target's own replies;
-    a second line with its calibration at T = 0, 0.7 and 1 where it was measured (``llm_calibration``)."""
+    """Printed lines of what a shipped drafter of the real LLM (a kind of ``core.kinds.LLM_KINDS``)
+    was trained with, read from its metadata: parameters stored, tokens seen, hours, its held-out α at
+    depth 1 on the corpora (teacher-forced: the target's argmax); then its calibration at T = 0, 0.7
+    and 1 (``llm_calibration``) on each text of ``CALIBRATION_TEXTS`` it was measured on."""
     from lessonlib.core import kinds
-    from lessonlib.course.messages import say
+    from lessonlib.course.messages import printed, say, translated
     from lessonlib.models.llm_store import read_head_meta
 
     k = kinds.kind(kind)
     meta = read_head_meta(k.checkpoint)
-    held, cal = meta["heldout"], meta.get("calibration", {}).get("self")  # calibration: models.llm_calibration
-    more = "" if not cal else "\n" + say(
-        "its calibration, teacher-forced on the target's own replies: α = Σ min(p_T, q_T) {a0:.2f} at T = 0, "
-        "{a07:.2f} at T = 0.7, {a1:.2f} at T = 1", a0=cal["0"], a07=cal["0.7"], a1=cal["1"])
-    return say("{name}: {params:,} parameters stored, trained {hours:.1f} h on one CPU core over {tokens:,} tokens; "
-               "held-out α at depth 1 (teacher-forced) {corpora:.2f} on the corpora, {own:.2f} on the target's own "
-               "replies", name=k.report, params=meta["params"], hours=meta["train_seconds"] / 3600,
-               tokens=meta["tokens_seen"], corpora=held["alpha_by_depth"][0],
-               own=held.get("self", held)["alpha_by_depth"][0]) + more
+    cal = meta.get("calibration", {})
+    lines = [say("{name}: {params:,} parameters stored, trained {hours:.1f} h on one CPU core over {tokens:,} tokens; "
+                 "held-out α at depth 1 (teacher-forced) {corpora:.2f} on the corpora", name=k.report,
+                 params=meta["params"], hours=meta["train_seconds"] / 3600, tokens=meta["tokens_seen"],
+                 corpora=meta["heldout"]["alpha_by_depth"][0])]
+    texts = [(translated(label), cal[key]) for key, label in CALIBRATION_TEXTS if key in cal]
+    if texts:
+        width = max(len(label) for label, _ in texts)
+        lines.append(say("teacher-forced α = Σ min(p_T, q_T) at depth 1, at T = 0 / 0.7 / 1, on each text:"))
+        lines += [printed(f"  {label:{width}s}  {a['0']:.2f} / {a['0.7']:.2f} / {a['1']:.2f}") for label, a in texts]
+    return "\n".join(lines)
+
+
+def alpha_against_text(rows: dict[tuple[str, str], dict], kind: str) -> list[str]:
+    """Printed lines, one per prompt set of ``rows`` (``head_rows`` of ``kind``): α while decoding of
+    the kind's chain of one (median [q25, q75] over the prompts) beside its calibration's
+    teacher-forced α at T = 0 on the target's replies to the same set (``llm_calibration``). A chain
+    of one judges a subset of those same agreements, the positions a round drafts for."""
+    from lessonlib.core import kinds
+    from lessonlib.course.claims import Interval
+    from lessonlib.course.messages import say
+    from lessonlib.models.llm_store import read_head_meta
+
+    k, cal = kinds.kind(kind), read_head_meta(kinds.kind(kind).checkpoint).get("calibration", {})
+    name = f"{k.chain} K=1"
+    return [say("{set} prompts: α while decoding ({name}) {a:.2f}; teacher-forced on the target's replies to them "
+                "{tf:.2f}", set=kind_set, name=name, a=Interval.of(row["alpha"]), tf=cal[f"{kind_set} replies"]["0"])
+            for (kind_set, method), row in rows.items() if method == name and f"{kind_set} replies" in cal]
 
 
 def step_weights(kind: str) -> int:

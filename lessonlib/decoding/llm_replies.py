@@ -21,7 +21,7 @@ import torch
 
 from lessonlib import cli
 from lessonlib.jsonio import write_atomic
-from lessonlib.models import llm_features, llm_selfdistill
+from lessonlib.models import llm_selfdistill
 from lessonlib.models.provenance import where
 
 
@@ -82,11 +82,11 @@ def make_replies(deadline: float, limit: int | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=cli.positive_int, default=None, help="stop after this many chats in all")
-    parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")
+    parser.add_argument("--until", type=cli.clock_time, default=None, help="stop at this UTC time, HH:MM")
     args = parser.parse_args(argv)
-    deadline = llm_features.until(args.until) if args.until else float("inf")
+    deadline = args.until or float("inf")
     print(f"{make_replies(deadline, args.limit)} chats answered")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.decoding.llm_replies"))

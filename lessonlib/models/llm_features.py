@@ -24,7 +24,6 @@ Resumable: ``progress.json`` counts the windows done; a rerun continues (same se
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import pathlib
 import time
@@ -183,26 +182,19 @@ def extract(path: pathlib.Path, limit: int | None = None, deadline: float | None
     return done
 
 
-def until(text: str) -> float:
-    """Epoch seconds of today's HH:MM UTC."""
-    hh, mm = (int(x) for x in text.split(":"))
-    now = dt.datetime.now(dt.UTC)
-    return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train-windows", type=cli.positive_int, default=2000,
                         help="training windows cut (allocated once; extraction may stop earlier)")
     parser.add_argument("--windows", type=cli.positive_int, default=None, help="stop after this many windows in all")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None)
-    parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")
+    parser.add_argument("--until", type=cli.clock_time, default=None, help="stop at this UTC time, HH:MM")
     args = parser.parse_args(argv)
     path = folder()
     prepare(path, args.train_windows)
     deadline = time.time() + 60 * args.minutes if args.minutes else None
     if args.until:
-        deadline = min(deadline or float("inf"), until(args.until))
+        deadline = min(deadline or float("inf"), args.until)
     done = extract(path, args.windows, deadline)
     print(f"{done} windows ({done * WINDOW} tokens) in {path}")
 

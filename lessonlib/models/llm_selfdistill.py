@@ -134,12 +134,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["features"], help="the features of the chats answered so far")
     parser.add_argument("--limit", type=cli.positive_int, default=None, help="stop after this many windows")
-    parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")
+    parser.add_argument("--until", type=cli.clock_time, default=None, help="stop at this UTC time, HH:MM")
     args = parser.parse_args(argv)
-    deadline = llm_features.until(args.until) if args.until else float("inf")
+    deadline = args.until or float("inf")
     path = prepare_store()
     print(f"{llm_features.extract(path, args.limit, deadline)} windows of features in {path}")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    raise SystemExit(cli.run(main, prog="python -m lessonlib.models.llm_selfdistill"))

@@ -39,7 +39,7 @@ from lessonlib.models.checkpoints import CHECKPOINTS
 from lessonlib.models.llama import Llama
 from lessonlib.models.llm_draft import LlamaDraftModel, draft_losses
 from lessonlib.models.llm_eagle import LlamaEagleHead, eagle_losses
-from lessonlib.models.llm_features import FeatureStore, until
+from lessonlib.models.llm_features import FeatureStore
 from lessonlib.models.llm_heads import (
     DRAFT_VOCAB,
     STEP_WEIGHT,
@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="eagle3, medusa, draft ship to lessonlib/assets; eagle (the control) stays in the cache")
     parser.add_argument("--steps", type=cli.positive_int, default=None, help="stop after this many steps")
     parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=None)
-    parser.add_argument("--until", default=None, help="stop at this UTC time, HH:MM")
+    parser.add_argument("--until", type=cli.clock_time, default=None, help="stop at this UTC time, HH:MM")
     parser.add_argument("--batch", type=cli.positive_int, default=2, help="windows per step")
     parser.add_argument("--lr", type=cli.number(0, 1, low_open=True), default=1e-3)
     parser.add_argument("--ttt", type=cli.int_at_least(1, 16), default=TTT_STEPS)
@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     deadline = time.time() + 60 * (args.minutes or 60.0)
     if args.until:
-        deadline = min(deadline if args.minutes else float("inf"), until(args.until))
+        deadline = min(deadline if args.minutes else float("inf"), args.until)
     state = train_eagle3(deadline, args.steps, args.batch, args.lr, args.ttt, args.draft_vocab, args.resume,
                          eval_minutes=args.eval_minutes, save_minutes=args.save_minutes, kind=args.kind,
                          self_share=args.self_share,

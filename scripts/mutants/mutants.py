@@ -945,3 +945,23 @@ MUTANTS += [  # the real LLM's drafters' calibration
      "        p_logits = target.lm_head(final[:, :-1])",
      "the drafter is judged against the target's distribution of the token it was fed, not the next"),
 ]
+CLI = "lessonlib/cli.py"
+TESTS[CLI] = ["tests/bench/test_cli_errors.py"]
+MUTANTS += [  # calibration on the text it is measured on; the background jobs' --until
+    ("heads", LLM_CAL, "            rows[:-1] = torch.from_numpy(np.asarray(keep[w], bool)[2:])",
+     "            rows[:-1] = torch.from_numpy(np.asarray(keep[w], bool)[1:-1])",
+     "a row is counted by whether the token it was fed is kept, not the token it predicts"),
+    ("heads", LLM_CAL, "            out[j] = True\n            inside = token != end",
+     "            out[j] = token != end\n            inside = token != end",
+     "a reply's end-of-turn token is left out of the reply"),
+    ("heads", LLM_CAL, "        if len(out) >= new_tokens or out[-1] == stop:",
+     "        if len(out) >= new_tokens:", "the benchmark replies run past their end of turn"),
+    ("heads", LLM_CAL, "        out.keep.append(np.arange(len(tokens)) >= len(prompt))",
+     "        out.keep.append(np.arange(len(tokens)) >= 0)",
+     "the benchmark replies' α counts the prompt's tokens too"),
+    ("bench", LLM_DEMO, "for (kind_set, method), row in rows.items() if method == name and",
+     "for (kind_set, method), row in rows.items() if method.startswith(k.chain) and",
+     "α while decoding of every chain printed beside the calibration, not the chain of one's"),
+    ("bench", CLI, "    return (at if at > now else at + dt.timedelta(days=1)).timestamp()",
+     "    return at.timestamp()", "--until at a time already past today stops the run at once"),
+]

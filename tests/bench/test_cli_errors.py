@@ -13,7 +13,8 @@ from lessonlib import cli
 from lessonlib.bench import __main__ as bench
 from lessonlib.course import exercises, translate
 from lessonlib.course.skill import __main__ as skill
-from lessonlib.models import train, train_heads
+from lessonlib.decoding import llm_replies
+from lessonlib.models import llm_features, llm_selfdistill, train, train_heads, train_llm_heads
 
 # (entry point, argv, environment, what the one line must name)
 CASES = {
@@ -62,6 +63,11 @@ CASES = {
     "train_heads --lr -1": (train_heads.main, ["eagle", "--lr", "-1"], {}, "--lr"),
     "train_heads --temperatures 0": (train_heads.main, ["eagle", "--temperatures", "1", "0"], {}, "--temperatures"),
     "train_heads --temperatures nan": (train_heads.main, ["eagle", "--temperatures", "nan"], {}, "--temperatures"),
+    # the real LLM's background jobs: a deadline that is no clock time is refused before any data is read
+    "train_llm_heads --until 25:00": (train_llm_heads.main, ["draft", "--until", "25:00"], {}, "--until"),
+    "llm_features --until 9": (llm_features.main, ["--until", "9"], {}, "--until"),
+    "llm_replies --until 12:60": (llm_replies.main, ["--until", "12:60"], {}, "--until"),
+    "llm_selfdistill --until 7h": (llm_selfdistill.main, ["features", "--until", "7h"], {}, "--until"),
 }
 
 
@@ -120,3 +126,24 @@ def test_positive_int_takes_only_integers_at_least_one(text, ok):
 def test_a_unit_number_refuses_what_lies_outside_zero_one(text):
     with pytest.raises(Exception, match="expected|not a number"):
         cli.number(0, 1)(text)
+
+
+def test_a_clock_time_is_its_next_occurrence(monkeypatch):
+    """``--until HH:MM`` is the next time the clock shows it: later today, or tomorrow once it has
+    passed today (a run started at 23:00 with --until 01:30 stops in the coming night, not at once)."""
+    import datetime as dt
+
+    now = dt.datetime(2026, 12, 7, 23, 0, 30, tzinfo=dt.UTC)
+
+    class Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return now
+
+    monkeypatch.setattr(dt, "datetime", Clock)
+    assert cli.clock_time("23:30") == dt.datetime(2026, 12, 7, 23, 30, tzinfo=dt.UTC).timestamp()
+    assert cli.clock_time("01:30") == dt.datetime(2026, 12, 8, 1, 30, tzinfo=dt.UTC).timestamp()
+    assert cli.clock_time("23:00") == dt.datetime(2026, 12, 8, 23, 0, tzinfo=dt.UTC).timestamp()  # just passed
+    for bad in ("24:00", "7:60", "7", "07:5", "-1:00", " 07:00", "07:00:00"):
+        with pytest.raises(Exception, match="HH:MM"):
+            cli.clock_time(bad)

@@ -173,7 +173,26 @@ def test_the_trained_line_reads_the_metadata_and_its_calibration(monkeypatch):
     monkeypatch.setattr(llm_store, "read_head_meta", lambda name: meta)
     line = llm_demo.trained("smollm2-draft")
     assert line.startswith("draft model (SmolLM2): 1,234,567 parameters stored, trained 1.5 h") and "\n" not in line
-    assert "4,200,000 tokens" in line and "0.41 on the corpora, 0.47 on the target's own replies" in line
-    meta["calibration"] = {"self": {"0": 0.47, "0.7": 0.52, "1": 0.55}, "heldout": {"0": 0.4, "0.7": 0.1, "1": 0.2}}
-    second = llm_demo.trained("smollm2-draft").split("\n")[1]
-    assert second.endswith("0.47 at T = 0, 0.52 at T = 0.7, 0.55 at T = 1")
+    assert "4,200,000 tokens" in line and line.endswith("0.41 on the corpora")
+    meta["calibration"] = {"self": {"0": 0.47, "0.7": 0.52, "1": 0.55}, "heldout": {"0": 0.4, "0.7": 0.1, "1": 0.2},
+                           "chat replies": {"0": 0.25, "0.7": 0.26, "1": 0.275}}
+    lines = llm_demo.trained("smollm2-draft").split("\n")
+    assert len(lines) == 4 and "at T = 0 / 0.7 / 1" in lines[1]  # the texts measured, in CALIBRATION_TEXTS' order
+    assert lines[2].startswith("  the target's own replies, every position") and lines[2].endswith("0.47 / 0.52 / 0.55")
+    assert "chat prompts" in lines[3] and lines[3].endswith("0.25 / 0.26 / 0.28")  # 0.275 to two places
+
+
+def test_alpha_against_text_pairs_each_sets_chain_of_one_with_its_calibration(monkeypatch):
+    from lessonlib.models import llm_store
+
+    meta = {"calibration": {"edit replies": {"0": 0.31}, "chat replies": {"0": 0.22}}}
+    monkeypatch.setattr(llm_store, "read_head_meta", lambda name: meta)
+    spread = {"median": 0.3, "q25": 0.25, "q75": 0.4}
+    rows = {("edit", "draft model chain K=1"): {"alpha": spread}, ("edit", "draft model chain K=2"): {"alpha": spread},
+            ("chat", "draft model chain K=1"): {"alpha": {"median": 0.2, "q25": 0.1, "q75": 0.21}},
+            ("edit · T = 1", "draft model chain K=1"): {"alpha": spread}}
+    lines = llm_demo.alpha_against_text(rows, "smollm2-draft")
+    assert lines == ["edit prompts: α while decoding (draft model chain K=1) 0.30 [0.25, 0.40]; teacher-forced on the "
+                     "target's replies to them 0.31",
+                     "chat prompts: α while decoding (draft model chain K=1) 0.20 [0.10, 0.21]; teacher-forced on the "
+                     "target's replies to them 0.22"]

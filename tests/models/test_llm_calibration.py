@@ -111,3 +111,69 @@ def test_calibrate_averages_every_held_out_position_and_agrees_with_the_trainer_
     assert found["eagle3"] != found["draft"]
     with pytest.raises(ValueError, match="head must be"):
         depth1_logits(target, target, None, None, None)
+
+
+def test_reply_mask_marks_the_assistants_turns_only():
+    """Header ids (1, 2, 3), end 9: a reply's tokens through its end are kept; the system's and the
+    user's turns, a header itself, and a window's start inside a turn of unknown role are not."""
+    from lessonlib.models.llm_calibration import reply_mask
+
+    tokens = [7, 7, 9, 1, 5, 6, 9, 1, 2, 3, 4, 4, 9, 8, 1, 2, 3, 4]
+    want = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1]
+    assert reply_mask(np.array(tokens), (1, 2, 3), 9).astype(int).tolist() == want
+    assert not reply_mask(np.array([1, 2, 1, 2, 4, 9]), (1, 2, 3), 9).any()  # a header cut short is no header
+
+
+def test_calibrate_counts_the_rows_that_predict_a_kept_token(target, tmp_path):
+    """With ``keep``, the mean runs over the rows s whose predicted token s + 2 is kept (the last row,
+    whose token lies past the window, never), written out here; keeping every token but the first two
+    equals no mask without the last row; keeping none gives no number."""
+    fs, drafters = store(target, tmp_path), heads(target)
+    rng = np.random.default_rng(5)
+    keep = [rng.random(fs.tokens.shape[1]) < 0.5 for _ in range(2)]
+    found = calibrate(drafters, target, fs, keep=keep)
+    for name, head in drafters.items():
+        sums = np.zeros(3)
+        n = 0
+        for w in range(2):
+            tokens = torch.from_numpy(fs.tokens[w : w + 1].astype(np.int64))
+            final = torch.from_numpy(fs.final[w : w + 1].astype(np.float32))
+            fused = torch.from_numpy(fs.fused[w : w + 1].astype(np.float32))
+            with torch.no_grad():
+                q, p = depth1_logits(head, target, tokens, fused, final), target.lm_head(final[:, 1:])
+            for s in range(p.shape[1] - 1):
+                if keep[w][s + 2]:
+                    sums += [float(alpha_at(p[0, s], q[0, s], head.draft_ids, t)) for t in (0.0, 0.7, 1.0)]
+                    n += 1
+        assert [found[name][k] for k in ("0", "0.7", "1")] == pytest.approx((sums / n).tolist(), abs=1e-4)
+    assert found != calibrate(drafters, target, fs)
+    assert calibrate(drafters, target, fs, keep=[np.zeros(16, bool)] * 2) == {}
+
+
+def test_bench_replies_keep_the_reply_and_carry_the_stores_features(target):
+    """Each sequence is the prompt then the target's greedy reply (plain decoding's tokens), kept from
+    the reply's first token on, with the features a ``FeatureStore`` holds for it."""
+    from lessonlib.decoding.decode import generate
+    from lessonlib.models import llm_prompts
+    from lessonlib.models.llm_calibration import bench_replies
+
+    prompts = [[5, 17, 42, 99, 7], [8, 1, 200]]
+    free, _ = generate(target, prompts[0], 6)
+    stop = next(t for i, t in enumerate(free) if i >= 2 and t not in free[:i])  # the first reply ends there
+
+    class Tok:  # only its end-of-turn id is read
+        def token_to_id(self, text):
+            return stop
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(llm_prompts, "prompts", lambda tokenizer, kind, n: prompts[:n])
+        got = bench_replies(target, Tok(), "edit", n=2, new_tokens=6)
+    assert got.heldout == 2
+    layers = eagle3_reference_layers(TINY.n_layer) + (TINY.n_layer - 1,)
+    for prompt, tokens, keep, fused, final in zip(prompts, got.tokens, got.keep, got.fused, got.final, strict=True):
+        reply, _ = generate(target, prompt, 6, stop=stop)
+        assert tokens.tolist() == prompt + reply and keep.tolist() == [False] * len(prompt) + [True] * len(reply)
+        with torch.no_grad():
+            _, h = target(torch.tensor([tokens.tolist()]), return_hidden=layers)
+        assert np.allclose(np.concatenate([fused, final], -1), h[0].numpy(), atol=1e-6)
+    assert got.tokens[0][-1] == stop and len(got.tokens[0]) < len(prompts[0]) + 6  # stopped at the end of turn
