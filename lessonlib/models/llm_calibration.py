@@ -97,10 +97,15 @@ def calibrate(heads: dict[str, Any], target: Llama, store: Any, temperatures: Se
     rows of any length); ``keep[w]``: a bool per token of window w, a row counted when the token it
     predicts is kept (None: every row). Each window's target logits are computed once for all
     drafters and temperatures."""
+    if keep is not None and len(keep) != store.heldout:
+        raise ValueError(f"keep must hold one mask per held-out window ({store.heldout}), got {len(keep)}")
     sums = {name: np.zeros(len(temperatures)) for name in heads}
     n = 0
     for w in range(store.heldout):
         tokens = torch.from_numpy(np.asarray(store.tokens[w], np.int64))[None]
+        if keep is not None and len(keep[w]) != tokens.shape[1]:
+            raise ValueError(f"keep[{w}] must hold one flag per token of window {w} ({tokens.shape[1]}), "
+                             f"got {len(keep[w])}")
         final = torch.from_numpy(np.asarray(store.final[w], np.float32))[None]
         fused = torch.from_numpy(np.asarray(store.fused[w], np.float32))[None]
         p_logits = target.lm_head(final[:, 1:])  # (1, L - 1, V): the target's distribution of token s + 2
@@ -137,6 +142,8 @@ def greedy_reply(target: Llama, prompt: list[int], new_tokens: int, stop: int) -
     """The target's greedy reply to ``prompt``: its argmax token after token (KV cache), at most
     ``new_tokens``, ending with ``stop`` when it comes (``decoding.decode.generate`` at T = 0; here
     because a model may not import the decoding layer)."""
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
+        raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
     cache = target.new_cache()
     logits, out = target(torch.tensor([prompt]), cache=cache), []
     while True:

@@ -148,6 +148,10 @@ def test_calibrate_counts_the_rows_that_predict_a_kept_token(target, tmp_path):
         assert [found[name][k] for k in ("0", "0.7", "1")] == pytest.approx((sums / n).tolist(), abs=1e-4)
     assert found != calibrate(drafters, target, fs)
     assert calibrate(drafters, target, fs, keep=[np.zeros(16, bool)] * 2) == {}
+    with pytest.raises(ValueError, match="one mask per held-out window"):
+        calibrate(drafters, target, fs, keep=keep[:1])
+    with pytest.raises(ValueError, match=r"keep\[1\] must hold one flag per token"):
+        calibrate(drafters, target, fs, keep=[keep[0], keep[1][:-1]])
 
 
 def test_bench_replies_keep_the_reply_and_carry_the_stores_features(target):
@@ -177,3 +181,8 @@ def test_bench_replies_keep_the_reply_and_carry_the_stores_features(target):
             _, h = target(torch.tensor([tokens.tolist()]), return_hidden=layers)
         assert np.allclose(np.concatenate([fused, final], -1), h[0].numpy(), atol=1e-6)
     assert got.tokens[0][-1] == stop and len(got.tokens[0]) < len(prompts[0]) + 6  # stopped at the end of turn
+    from lessonlib.models.llm_calibration import greedy_reply
+
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="new_tokens"):
+            greedy_reply(target, prompts[0], bad, stop)
