@@ -61,6 +61,15 @@ def heads(target):
     return {k: h.eval() for k, h in out.items()}
 
 
+def window_logits(fs, w, head, target):
+    """(q, p): the drafter's depth-1 logits and the target's on held-out window ``w``, row s guessing token s + 2."""
+    tokens = torch.from_numpy(fs.tokens[w : w + 1].astype(np.int64))
+    final = torch.from_numpy(fs.final[w : w + 1].astype(np.float32))
+    fused = torch.from_numpy(fs.fused[w : w + 1].astype(np.float32))
+    with torch.no_grad():
+        return depth1_logits(head, target, tokens, fused, final), target.lm_head(final[:, 1:])
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0, 2.5])
 def test_alpha_is_the_overlap_over_the_full_vocabulary(temperature):
     g = torch.Generator().manual_seed(2)
@@ -98,11 +107,7 @@ def test_calibrate_averages_every_held_out_position_and_agrees_with_the_trainer_
     for name, head in drafters.items():
         rows = []
         for w in range(2):
-            tokens = torch.from_numpy(fs.tokens[w : w + 1].astype(np.int64))
-            final = torch.from_numpy(fs.final[w : w + 1].astype(np.float32))
-            fused = torch.from_numpy(fs.fused[w : w + 1].astype(np.float32))
-            with torch.no_grad():
-                q, p = depth1_logits(head, target, tokens, fused, final), target.lm_head(final[:, 1:])
+            q, p = window_logits(fs, w, head, target)
             rows.append(torch.stack([alpha_at(p, q, head.draft_ids, t) for t in (0.0, 0.7, 1.0)]))
         want = torch.cat(rows, -1).mean((-2, -1))
         assert [found[name][k] for k in ("0", "0.7", "1")] == pytest.approx(want.tolist(), abs=1e-4)
@@ -126,8 +131,8 @@ def test_reply_mask_marks_the_assistants_turns_only():
 
 def test_calibrate_counts_the_rows_that_predict_a_kept_token(target, tmp_path):
     """With ``keep``, the mean runs over the rows s whose predicted token s + 2 is kept (the last row,
-    whose token lies past the window, never), written out here; keeping every token but the first two
-    equals no mask without the last row; keeping none gives no number."""
+    whose token lies past the window, never), written out here; keeping none gives no number; a
+    mask of the wrong length is refused by name."""
     fs, drafters = store(target, tmp_path), heads(target)
     rng = np.random.default_rng(5)
     keep = [rng.random(fs.tokens.shape[1]) < 0.5 for _ in range(2)]
@@ -136,11 +141,7 @@ def test_calibrate_counts_the_rows_that_predict_a_kept_token(target, tmp_path):
         sums = np.zeros(3)
         n = 0
         for w in range(2):
-            tokens = torch.from_numpy(fs.tokens[w : w + 1].astype(np.int64))
-            final = torch.from_numpy(fs.final[w : w + 1].astype(np.float32))
-            fused = torch.from_numpy(fs.fused[w : w + 1].astype(np.float32))
-            with torch.no_grad():
-                q, p = depth1_logits(head, target, tokens, fused, final), target.lm_head(final[:, 1:])
+            q, p = window_logits(fs, w, head, target)
             for s in range(p.shape[1] - 1):
                 if keep[w][s + 2]:
                     sums += [float(alpha_at(p[0, s], q[0, s], head.draft_ids, t)) for t in (0.0, 0.7, 1.0)]
