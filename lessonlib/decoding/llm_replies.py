@@ -15,29 +15,11 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import torch
 
 from lessonlib import cli
 from lessonlib.jsonio import write_atomic
 from lessonlib.models import llm_selfdistill
 from lessonlib.models.provenance import where
-
-
-def reply(model: Any, prompt: list[int], eos: int, max_new: int = llm_selfdistill.MAX_NEW) -> list[int]:
-    """The greedy reply to ``prompt`` (cached one-token steps), stopped after ``eos``."""
-    cache = model.new_cache()
-    out: list[int] = []
-    with torch.inference_mode():
-        logits = model(torch.tensor([prompt]), cache=cache)[0, -1]
-        while len(out) < max_new:
-            token = int(logits.argmax())
-            out.append(token)
-            if token == eos:
-                break
-            logits = model(torch.tensor([[token]]), cache=cache)[0, -1]
-    return out
 
 
 def make_replies(deadline: float, limit: int | None = None) -> int:
@@ -65,7 +47,7 @@ def make_replies(deadline: float, limit: int | None = None) -> int:
             if time.time() > deadline:
                 break
             prompt = encode_chat(tok, [{"role": "user", "content": asks[i]}])
-            out = reply(model, prompt, eos)
+            out = llm_selfdistill.reply(model, prompt, eos)
             f.write(json.dumps({"i": i, "prompt": prompt, "reply": out}) + "\n")
             f.flush()
             bar.update(1)

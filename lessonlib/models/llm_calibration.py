@@ -138,32 +138,16 @@ class Replies:
 
 
 @torch.no_grad()
-def greedy_reply(target: Llama, prompt: list[int], new_tokens: int, stop: int) -> list[int]:
-    """The target's greedy reply to ``prompt``: its argmax token after token (KV cache), at most
-    ``new_tokens``, ending with ``stop`` when it comes (``decoding.decode.generate`` at T = 0; here
-    because a model may not import the decoding layer)."""
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens!r}")
-    cache = target.new_cache()
-    logits, out = target(torch.tensor([prompt]), cache=cache), []
-    while True:
-        out.append(int(logits[0, -1].argmax()))
-        if len(out) >= new_tokens or out[-1] == stop:
-            return out
-        logits = target(torch.tensor([[out[-1]]]), cache=cache)
-
-
-@torch.no_grad()
 def bench_replies(target: Llama, tokenizer: Any, kind: str, n: int = 5, new_tokens: int = 128) -> Replies:
     """The greedy replies (T = 0, at most ``new_tokens``, stopped at the end of the turn) of ``target``
     to ``bench llm``'s first ``n`` prompts of ``kind`` (``llm_prompts``), with their features."""
-    from lessonlib.models import llama_tokenizer, llm_prompts
+    from lessonlib.models import llama_tokenizer, llm_prompts, llm_selfdistill
     from lessonlib.models.llm_heads import eagle3_reference_layers
 
     layers = eagle3_reference_layers(target.config.n_layer) + (target.config.n_layer - 1,)
     C, out = target.config.n_embd, Replies([], [], [], [])
     for prompt in llm_prompts.prompts(tokenizer, kind, n):
-        reply = greedy_reply(target, prompt, new_tokens, llama_tokenizer.end_of_turn(tokenizer))
+        reply = llm_selfdistill.reply(target, prompt, llama_tokenizer.end_of_turn(tokenizer), new_tokens)
         tokens = np.array(prompt + reply, np.int64)
         _, h = target(torch.from_numpy(tokens)[None], return_hidden=layers)  # (1, L, 4C): the store's features
         out.tokens.append(tokens)
@@ -175,7 +159,7 @@ def bench_replies(target: Llama, tokenizer: Any, kind: str, n: int = 5, new_toke
 
 def main(argv: Sequence[str] | None = None) -> None:
     from lessonlib.core import kinds
-    from lessonlib.models import llama_tokenizer, llm_features, llm_selfdistill
+    from lessonlib.models import llama_tokenizer, llm_features, llm_prompts, llm_selfdistill
     from lessonlib.models.llama import load_smollm2
     from lessonlib.models.llm_features import FeatureStore
     from lessonlib.models.llm_store import load_llm_head, paths
@@ -194,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     self_store, end = stores["self"], llama_tokenizer.end_of_turn(tokenizer)
     found["self replies"] = calibrate(heads, target, self_store, keep=[
         reply_mask(self_store.tokens[w], header, end) for w in range(self_store.heldout)])
-    for kind in ("edit", "chat"):
+    for kind in llm_prompts.KINDS:
         replies = bench_replies(target, tokenizer, kind)
         found[f"{kind} replies"] = calibrate(heads, target, replies, keep=replies.keep)
     for k in args.kinds:

@@ -30,6 +30,7 @@ import json
 import pathlib
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,24 @@ SUBJECTS = (
     "studying for an exam", "a village well", "the speed of light",
 )
 EXPLAIN = "Explain what this Python function does, then show how to call it.\n\n```python\n{source}\n```"
+
+
+def reply(model: Any, prompt: list[int], eos: int, max_new: int = MAX_NEW) -> list[int]:
+    """The greedy reply to ``prompt`` (cached one-token steps; ``decoding.decode.generate`` at T = 0,
+    here so that the models layer can answer too), at most ``max_new`` tokens, stopped after ``eos``."""
+    import torch
+
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        raise ValueError(f"max_new must be an integer >= 1, got {max_new!r}")
+    cache = model.new_cache()
+    out: list[int] = []
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt]), cache=cache)[0, -1]
+        while True:
+            out.append(int(logits.argmax()))
+            if len(out) >= max_new or out[-1] == eos:
+                return out
+            logits = model(torch.tensor([[out[-1]]]), cache=cache)[0, -1]
 
 
 def folder(root: pathlib.Path | None = None) -> pathlib.Path:

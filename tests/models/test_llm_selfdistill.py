@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.decoding import llm_replies
 from lessonlib.models import llm_features, llm_prompts, llm_selfdistill
 from lessonlib.models.llama import Llama, LlamaConfig
 
@@ -31,7 +30,7 @@ def test_a_reply_stops_at_the_end_token_or_the_cap():
     torch.manual_seed(0)
     model = Llama(TINY).eval()
     prompt = [5, 17, 99, 3]
-    free = llm_replies.reply(model, prompt, eos=-1, max_new=12)
+    free = llm_selfdistill.reply(model, prompt, eos=-1, max_new=12)
     assert len(free) == 12
     with torch.inference_mode():  # the same tokens as the uncached model's greedy continuation
         seq = list(prompt)
@@ -40,7 +39,10 @@ def test_a_reply_stops_at_the_end_token_or_the_cap():
     assert free == seq[len(prompt):]
     stop = free[4]
     first = free.index(stop)
-    assert llm_replies.reply(model, prompt, eos=stop, max_new=12) == free[: first + 1]
+    assert llm_selfdistill.reply(model, prompt, eos=stop, max_new=12) == free[: first + 1]
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="max_new"):
+            llm_selfdistill.reply(model, prompt, eos=stop, max_new=bad)
 
 
 def test_a_cut_line_is_dropped_and_the_store_holds_the_last_chats_out(tmp_path, monkeypatch):
